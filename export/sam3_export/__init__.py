@@ -1,0 +1,1 @@
+"""Export SAM3 to static-shape fp32 ONNX graphs and a Triton model repository."""
