@@ -1,0 +1,149 @@
+"""The embedded engine: a model repository run in-process with ONNX Runtime.
+
+It runs the SAME repository a Triton server would: every ONNX graph, every ensemble's steps in
+the order their tensors become available, and the Python models' logic (the modules under
+`napari_sam3.triton_models`, of which the repository holds verbatim copies).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .model_config import ModelConfig, load_model_configs
+
+
+class LocalEngine:
+    """In-process ONNX Runtime over a model repository written by `sam3-export`."""
+
+    def __init__(self, repository: str | Path, threads: int = 0) -> None:
+        self.repository = Path(repository)
+        if not self.repository.is_dir():
+            raise FileNotFoundError(
+                f"model repository {self.repository} does not exist; write one with "
+                "`sam3-export --checkpoint sam3.pt --out DIR` (or `--random-weights` for a demo)"
+            )
+        self.configs = load_model_configs(self.repository)
+        if not self.configs:
+            raise ValueError(f"{self.repository} holds no models (no */config.pbtxt)")
+        self.threads = threads
+        self._runners: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return f"local:{self.repository}"
+
+    def model_names(self) -> list[str]:
+        return sorted(self.configs)
+
+    def config(self, model_name: str) -> ModelConfig:
+        try:
+            return self.configs[model_name]
+        except KeyError:
+            raise ValueError(
+                f"model {model_name!r} is not in {self.repository}; it holds: "
+                + ", ".join(sorted(self.configs))
+            ) from None
+
+    def infer(
+        self,
+        model_name: str,
+        inputs: Mapping[str, np.ndarray],
+        output_names: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        config = self.config(model_name)
+        inputs = {name: np.asarray(value) for name, value in inputs.items()}
+        self._check_inputs(config, inputs)
+        if config.is_ensemble:
+            outputs = self._run_ensemble(config, inputs)
+        else:
+            outputs = self._runner(config).run(inputs, self._call)
+        wanted = list(output_names) if output_names else [o.name for o in config.outputs]
+        unknown = [n for n in wanted if n not in outputs]
+        if unknown:
+            raise ValueError(f"{model_name} has no output(s) {', '.join(unknown)}")
+        return {name: outputs[name] for name in wanted}
+
+    def _call(self, model_name: str, inputs: dict, output_names: Sequence[str]) -> dict:
+        return self.infer(model_name, inputs, output_names)
+
+    @staticmethod
+    def _check_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray]) -> None:
+        known = {spec.name for spec in config.inputs}
+        extra = sorted(set(inputs) - known)
+        if extra:
+            raise ValueError(f"{config.name} has no input(s) {', '.join(extra)}")
+        for spec in config.inputs:
+            if spec.name in inputs:
+                spec.check(inputs[spec.name])
+            elif not spec.optional:
+                raise ValueError(f"{config.name} needs input {spec.describe()}")
+
+    def _run_ensemble(self, config: ModelConfig, inputs: dict) -> dict:
+        tensors = dict(inputs)
+        pending = list(config.proto.ensemble_scheduling.step)
+        while pending:
+            progressed = False
+            for step in list(pending):
+                step_config = self.config(step.model_name)
+                required = [
+                    ensemble_name
+                    for model_input, ensemble_name in step.input_map.items()
+                    if not step_config.input(model_input).optional
+                ]
+                if not all(name in tensors for name in required):
+                    continue
+                step_inputs = {
+                    model_input: tensors[ensemble_name]
+                    for model_input, ensemble_name in step.input_map.items()
+                    if ensemble_name in tensors
+                }
+                produced = self.infer(step.model_name, step_inputs, list(step.output_map))
+                for model_output, ensemble_name in step.output_map.items():
+                    tensors[ensemble_name] = produced[model_output]
+                pending.remove(step)
+                progressed = True
+            if not progressed:
+                names = ", ".join(s.model_name for s in pending)
+                raise ValueError(f"ensemble {config.name}: steps {names} lack their inputs")
+        return tensors
+
+    def _runner(self, config: ModelConfig):
+        with self._lock:
+            runner = self._runners.get(config.name)
+            if runner is None:
+                runner = self._make_runner(config)
+                self._runners[config.name] = runner
+            return runner
+
+    def _make_runner(self, config: ModelConfig):
+        version_dir = self.repository / config.name / "1"
+        parameters = dict(config.parameters)
+        if config.platform == "onnxruntime_onnx" or (
+            config.backend == "python" and parameters.get("logic_module") == "onnx_runner"
+        ):
+            from ..triton_models import onnx_runner
+
+            if self.threads:
+                parameters["intra_op_threads"] = str(self.threads)
+            return onnx_runner.Logic(str(version_dir), parameters)
+        module_name = parameters.get("logic_module")
+        if config.backend != "python" or not module_name:
+            raise ValueError(
+                f"model {config.name}: the embedded engine cannot run it ({config.platform})"
+            )
+        module = importlib.import_module(f"napari_sam3.triton_models.{module_name}")
+        copy = version_dir / f"{module_name}.py"
+        if copy.exists() and copy.read_text() != Path(module.__file__).read_text():
+            warnings.warn(
+                f"{copy} differs from this napari-sam3's {module_name}.py: the repository was "
+                "written by another version; re-export it to get identical results on Triton",
+                stacklevel=3,
+            )
+        return module.Logic(str(version_dir), parameters)

@@ -1,0 +1,47 @@
+"""Atomic file writes: a temporary name in the same folder, then a rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+def check_target(path: Path, overwrite: bool) -> None:
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; choose another name or pass overwrite=True")
+    if not path.parent.exists():
+        raise FileNotFoundError(f"folder {path.parent} does not exist")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yields a temporary path beside `path`; moved onto `path` only if the block succeeds."""
+    path = Path(path)
+    check_target(path, overwrite)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    os.unlink(tmp)  # writers such as GDAL want to create the file themselves
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        if not overwrite and path.exists():
+            raise FileExistsError(f"{path} appeared while writing; not replacing it")
+        os.replace(tmp_path, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+
+
+def atomic_write_bytes(path: Path, data: bytes, overwrite: bool = False) -> Path:
+    with atomic_path(path, overwrite) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None], overwrite: bool = False) -> Path:
+    with atomic_path(path, overwrite) as tmp:
+        write(tmp)
+    return Path(path)

@@ -1,0 +1,78 @@
+"""Model-space results -> pandas DataFrames in the original image's pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .letterbox import Letterbox
+from .masks.dedup import dedup_masks
+from .masks.rle import decode_masks
+
+RESULT_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind"]
+
+
+class FrameMask:
+    """A mask of the original image, kept as model-space RLE and made dense on access."""
+
+    __slots__ = ("letterbox", "rle")
+
+    def __init__(self, rle, letterbox: Letterbox) -> None:
+        self.rle = rle
+        self.letterbox = letterbox
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.letterbox.image_shape)
+
+    def to_dense(self) -> np.ndarray:
+        return self.letterbox.mask_to_image(np.asarray(self.rle.to_dense(), dtype=bool))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        dense = self.to_dense()
+        return dense if dtype is None else dense.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"FrameMask(shape={self.shape}, model_area={int(self.rle.area)})"
+
+
+def empty_result(extra: dict | None = None) -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
+    frame["score"] = frame["score"].astype(np.float32)
+    for name, dtype in (extra or {}).items():
+        frame[name] = pd.Series(dtype=dtype)
+    return frame
+
+
+def detections_frame(
+    scores: np.ndarray,
+    boxes: np.ndarray,
+    payload: np.ndarray | bytes,
+    letterbox: Letterbox,
+    dedup: float | None,
+    keyword: str,
+    prompt_kind: str,
+) -> pd.DataFrame:
+    """Decode the RLE payload, deduplicate, map boxes back; best score first."""
+    masks = decode_masks(bytes(np.asarray(payload, dtype=np.uint8).tobytes()))
+    scores = np.asarray(scores, dtype=np.float32).reshape(-1)
+    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+    if len(masks) != len(scores) or len(boxes) != len(scores):
+        raise ValueError(
+            f"server answered {len(scores)} scores, {len(boxes)} boxes and {len(masks)} masks"
+        )
+    keep = np.argsort(-scores, kind="stable")
+    if dedup is not None and len(keep) > 1:
+        keep = dedup_masks(masks, scores, threshold=dedup)
+    if len(keep) == 0:
+        return empty_result()
+    image_boxes = letterbox.boxes_to_image(boxes[keep])
+    return pd.DataFrame(
+        {
+            "box": list(image_boxes.astype(np.float32)),
+            "score": scores[keep],
+            "mask": [FrameMask(masks.mask(i), letterbox) for i in keep],
+            "keyword": keyword,
+            "prompt_kind": prompt_kind,
+        }
+    )

@@ -1,0 +1,78 @@
+"""Generic Triton Python-backend adapter: the `model.py` of every Python model we write.
+
+It loads the logic module named by the config parameter `logic_module` from its own folder
+and turns Triton requests into `Logic.run(inputs, call)` calls, with BLS for `call`.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _load_logic(version_dir, module_name):
+    if version_dir not in sys.path:
+        sys.path.insert(0, version_dir)
+    path = os.path.join(version_dir, module_name + ".py")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _bls_call(model_name, inputs, output_names):
+    request = pb_utils.InferenceRequest(
+        model_name=model_name,
+        inputs=[
+            pb_utils.Tensor(name, np.ascontiguousarray(value)) for name, value in inputs.items()
+        ],
+        requested_output_names=list(output_names),
+    )
+    response = request.exec()
+    if response.has_error():
+        raise RuntimeError(f"{model_name}: {response.error().message()}")
+    return {
+        name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in output_names
+    }
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        module = _load_logic(version_dir, parameters["logic_module"])
+        self.input_names = [i["name"] for i in config["input"]]
+        self.output_names = [o["name"] for o in config["output"]]
+        self.logic = module.Logic(version_dir, parameters)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = {}
+            for name in self.input_names:
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    inputs[name] = tensor.as_numpy()
+            try:
+                outputs = self.logic.run(inputs, _bls_call)
+                tensors = [
+                    pb_utils.Tensor(n, np.ascontiguousarray(outputs[n])) for n in self.output_names
+                ]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            except Exception as error:  # noqa: BLE001 - a bad request must not stop the server
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        output_tensors=[], error=pb_utils.TritonError(str(error))
+                    )
+                )
+        return responses
+
+    def finalize(self):
+        close = getattr(self.logic, "close", None)
+        if close is not None:
+            close()
