@@ -1,0 +1,688 @@
+"""Detections -> label images, georeferenced polygons, GeoPackage / GeoJSON / GeoTIFF, overlay PNGs.
+
+Every function takes the result DataFrame of :class:`~napari_sam3.client.Sam3Client` (one row per
+detection; see :mod:`napari_sam3.results`). The ``mask`` column may hold
+:class:`~napari_sam3.results.FrameMask` objects, :class:`~napari_sam3.masks.rle.RleMask` objects or
+plain 2-D bool (or 0/1 integer) numpy arrays, all in the original image's pixels.
+
+Conventions:
+
+- **Label ids** are ``1..N`` by row *position* (id ``k`` is ``df.iloc[k - 1]``); 0 is background.
+  Where masks overlap, the row with the higher ``score`` wins; among equal scores (or without a
+  ``score`` column) the earlier row wins, as results come best-first.
+- **Polygons** follow pixel edges exactly (GDAL's polygonize on each mask's bounding-box crop,
+  4-connected) and are mapped to map coordinates through the raster's affine transform. Every
+  detection becomes one MultiPolygon (an empty one for an empty mask), so a layer has one type.
+- **Writers** are atomic: they write to a temporary name in the target's folder and rename it onto
+  the target only when the write succeeded, so a failed write leaves nothing behind (and an existing
+  file untouched). An existing target is refused unless ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import datetime
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pyogrio
+import pyproj
+import rasterio
+import rasterio.crs
+import rasterio.errors
+import rasterio.features
+import shapely
+from PIL import Image, ImageDraw, ImageFont
+from rasterio.transform import Affine
+from shapely.geometry import MultiPolygon, shape
+
+from .io_utils import atomic_path
+from .letterbox import _centre_index
+from .masks.rle import RleMask
+from .raster import Raster, RasterInfo, raster_info
+from .results import FrameMask
+
+__all__ = [
+    "GEOPACKAGE_LAYER",
+    "VECTOR_FORMATS",
+    "masks_to_labels",
+    "overlay_image",
+    "overlay_png",
+    "to_geodataframe",
+    "write_labels_geotiff",
+    "write_vector",
+]
+
+GEOPACKAGE_LAYER = "detections"
+VECTOR_FORMATS = {".gpkg": "GPKG", ".geojson": "GeoJSON"}
+_GEOTIFF_SUFFIXES = (".tif", ".tiff")
+# Columns to_geodataframe derives itself; a DataFrame column of the same name would be ambiguous.
+_COMPUTED = ("label_id", "area_px", "geometry")
+_NOT_ATTRIBUTES = {"box", "mask", "score", "keyword", "prompt_kind", "source", *_COMPUTED}
+_SCALARS = (str, int, float, bool, np.generic, datetime.date, type(None))
+
+Crop = tuple[int, int, np.ndarray]  # (first row, first column, bool pixels holding the mask)
+RasterLike = Raster | RasterInfo | str | os.PathLike
+
+
+# ----------------------------------------------------------------------------- label images
+
+
+def masks_to_labels(df: pd.DataFrame, shape: tuple[int, int] | None = None) -> np.ndarray:
+    """Paint the detections into one int32 ``(rows, cols)`` label image of the original pixels.
+
+    Row ``i`` (by position) gets id ``i + 1``; background is 0. Where masks overlap, the higher
+    ``score`` is painted last and wins; among equal scores (or without a ``score`` column) the
+    earlier row wins. ``shape`` defaults to the masks' own shape; it is required for an empty
+    DataFrame.
+    """
+    shape = _frame_shape(df, shape, "masks_to_labels")
+    return _paint(_crops(df, shape), _paint_order(df), shape)
+
+
+def _paint(crops: list[Crop], order: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    labels = np.zeros(shape, dtype=np.int32)
+    for i in order:
+        r0, c0, crop = crops[i]
+        labels[r0 : r0 + crop.shape[0], c0 : c0 + crop.shape[1]][crop] = i + 1
+    return labels
+
+
+def _paint_order(df: pd.DataFrame) -> np.ndarray:
+    """Row positions in painting order: the last painted wins an overlap."""
+    n = len(df)
+    if "score" not in df.columns:
+        return np.arange(n)[::-1]
+    scores = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=np.float64)
+    scores = np.where(np.isnan(scores), -np.inf, scores)
+    # lexsort's last key is the primary one: ascending score, then later rows before earlier ones.
+    return np.lexsort((-np.arange(n), scores))
+
+
+# ----------------------------------------------------------------------------- polygons
+
+
+def to_geodataframe(
+    df: pd.DataFrame,
+    raster: RasterLike | None = None,
+    crs: Any = None,
+    transform: Affine | None = None,
+    source: str | os.PathLike | None = None,
+    simplify: float = 0.0,
+) -> gpd.GeoDataFrame:
+    """One MultiPolygon per detection, in the raster's CRS.
+
+    Args:
+        df: result DataFrame (a ``mask`` column; ``score``, ``keyword``, ``prompt_kind`` optional).
+        raster: where the masks' pixels come from: a :class:`~napari_sam3.raster.Raster` (a
+            windowed or decimated read carries its own transform), a
+            :class:`~napari_sam3.raster.RasterInfo`, or a raster file's path (its whole grid).
+            Its rows and columns must match the masks'.
+        crs, transform: override the raster's CRS (anything pyproj accepts, e.g. ``"EPSG:32633"``)
+            and affine transform (a :class:`rasterio.Affine` mapping (col, row) to map x, y).
+        source: recorded in the ``source`` column (a path is reduced to its file name); default:
+            the DataFrame's own ``source`` column, else the raster's file name(s).
+        simplify: Douglas-Peucker tolerance in *pixels* (0 keeps the exact pixel edges); applied
+            before the affine transform, topology preserved.
+
+    Returns:
+        Columns ``label_id`` (the id in :func:`masks_to_labels`), ``score``, ``keyword``,
+        ``prompt_kind``, ``source``, ``area_px`` (mask pixel count), every other column of ``df``
+        whose values are all scalars (e.g. ``iou``, ``tile``), and ``geometry``. The ``box`` and
+        ``mask`` columns are not carried. Without a CRS the polygons are in pixel coordinates
+        (x = column, y = row) and a UserWarning says so.
+    """
+    if "mask" not in df.columns:
+        raise ValueError(
+            f"to_geodataframe needs a 'mask' column; the DataFrame has {list(df.columns)}."
+        )
+    clash = [c for c in _COMPUTED if c in df.columns]
+    if clash:
+        raise ValueError(
+            f"the DataFrame has column(s) {clash}, which to_geodataframe computes itself; "
+            "rename or drop them first."
+        )
+    simplify = float(simplify)
+    if not np.isfinite(simplify) or simplify < 0:
+        raise ValueError(f"simplify is a tolerance in pixels >= 0, got {simplify}.")
+
+    out_crs, affine, raster_shape, raster_source = _georeference(raster, crs, transform)
+    n = len(df)
+    crops = _crops(df, _frame_shape(df, raster_shape, "to_geodataframe")) if n else []
+
+    geometries = []
+    areas = np.zeros(n, dtype=np.int64)
+    for i, (r0, c0, crop) in enumerate(crops):
+        areas[i] = int(np.count_nonzero(crop))
+        geometries.append(_polygonize(crop, r0, c0, simplify))
+    geometry = gpd.GeoSeries(geometries, crs=out_crs)
+    if n and affine != Affine.identity():
+        geometry = geometry.affine_transform(
+            [affine.a, affine.b, affine.d, affine.e, affine.c, affine.f]
+        )
+
+    if source is not None:
+        sources = np.full(n, _file_name(source), dtype=object)
+    elif "source" in df.columns:
+        sources = df["source"].to_numpy(dtype=object)
+    else:
+        sources = np.full(n, raster_source, dtype=object)
+    columns: dict[str, np.ndarray] = {
+        "label_id": np.arange(1, n + 1, dtype=np.int32),
+        "score": _column(df, "score", np.float32),
+        "keyword": _column(df, "keyword", object),
+        "prompt_kind": _column(df, "prompt_kind", object),
+        "source": sources,
+        "area_px": areas,
+    }
+    for name in df.columns:
+        if name not in _NOT_ATTRIBUTES and _is_scalar_column(df[name]):
+            columns[name] = df[name].to_numpy()
+    if out_crs is None:
+        warnings.warn(_no_crs_message(raster, affine), UserWarning, stacklevel=2)
+    return gpd.GeoDataFrame(columns, geometry=geometry.reset_index(drop=True), crs=out_crs)
+
+
+def _polygonize(crop: np.ndarray, r0: int, c0: int, simplify: float) -> MultiPolygon:
+    if crop.size == 0 or not crop.any():
+        return MultiPolygon()
+    pixels = np.ascontiguousarray(crop, dtype=np.uint8)
+    parts = [
+        shape(geom)
+        for geom, _ in rasterio.features.shapes(
+            pixels, mask=crop, connectivity=4, transform=Affine.translation(c0, r0)
+        )
+    ]
+    geom = MultiPolygon(parts)
+    if simplify > 0:
+        geom = shapely.simplify(geom, simplify, preserve_topology=True)
+        if geom.geom_type == "Polygon":
+            geom = MultiPolygon([geom])
+    return geom
+
+
+def _georeference(
+    raster: RasterLike | None, crs: Any, transform: Affine | None
+) -> tuple[pyproj.CRS | None, Affine, tuple[int, int] | None, str | None]:
+    """(CRS, transform, (rows, cols), source name) from the raster and the explicit overrides."""
+    raster_crs, raster_transform, raster_shape, name = None, None, None, None
+    if raster is not None:
+        if isinstance(raster, str | os.PathLike):
+            raster = raster_info(raster)
+        if not isinstance(raster, Raster | RasterInfo):
+            raise TypeError(
+                f"raster must be a Raster, a RasterInfo or a raster file's path, got "
+                f"{type(raster).__name__}; for a bare CRS and transform pass crs= and transform=."
+            )
+        raster_crs, raster_transform = raster.crs, raster.transform
+        raster_shape = tuple(int(v) for v in raster.shape[1:])
+        name = _file_name(raster.path)
+    if transform is not None and not isinstance(transform, Affine):
+        raise TypeError(
+            f"transform must be a rasterio Affine, got {type(transform).__name__}; "
+            "from a GDAL geotransform use rasterio.Affine.from_gdal(*geotransform)."
+        )
+    if crs is not None and transform is None and raster is None:
+        raise ValueError(
+            "crs was given without a transform, so pixel coordinates cannot be placed on the map; "
+            "pass transform= (a rasterio Affine) or raster=."
+        )
+    chosen_crs = crs if crs is not None else raster_crs
+    if isinstance(chosen_crs, rasterio.crs.CRS):
+        epsg = chosen_crs.to_epsg()
+        chosen_crs = f"EPSG:{epsg}" if epsg else chosen_crs.to_wkt()
+    out_crs = None
+    if chosen_crs is not None:
+        try:
+            out_crs = pyproj.CRS.from_user_input(chosen_crs)
+        except pyproj.exceptions.CRSError as exc:
+            raise ValueError(f"crs {chosen_crs!r} is not a CRS pyproj understands: {exc}") from exc
+    affine = transform if transform is not None else raster_transform
+    return out_crs, affine if affine is not None else Affine.identity(), raster_shape, name
+
+
+def _no_crs_message(raster: Any, affine: Affine) -> str:
+    what = "the raster has no CRS" if raster is not None else "no raster or crs was given"
+    where = (
+        "pixel coordinates (x = column, y = row from the top-left corner)"
+        if affine == Affine.identity()
+        else "the coordinates of the given transform"
+    )
+    return (
+        f"{what}: the polygons are in {where} and the GeoDataFrame has no CRS; "
+        "pass raster= (a georeferenced Raster) or crs= and transform= to place them on the map."
+    )
+
+
+def _file_name(path: Any) -> str:
+    if isinstance(path, tuple | list):
+        return "+".join(_file_name(p) for p in path)
+    return Path(path).name if isinstance(path, os.PathLike) else Path(str(path)).name
+
+
+def _column(df: pd.DataFrame, name: str, dtype: Any) -> np.ndarray:
+    numeric = dtype is np.float32
+    if name not in df.columns:
+        return np.full(len(df), np.nan if numeric else None, dtype=dtype)
+    column = pd.to_numeric(df[name], errors="coerce") if numeric else df[name]
+    return column.to_numpy(dtype=dtype)
+
+
+def _is_scalar_column(column: pd.Series) -> bool:
+    if column.dtype != object:
+        return not isinstance(column.dtype, pd.CategoricalDtype)
+    return all(isinstance(v, _SCALARS) and np.ndim(v) == 0 for v in column)
+
+
+# ----------------------------------------------------------------------------- masks -> crops
+
+
+def _frame_shape(df: pd.DataFrame, shape: Sequence[int] | None, where: str) -> tuple[int, int]:
+    if "mask" not in df.columns:
+        raise ValueError(f"{where} needs a 'mask' column; the DataFrame has {list(df.columns)}.")
+    if shape is None:
+        if len(df) == 0:
+            raise ValueError(
+                f"{where}: the DataFrame is empty, so the image shape is unknown; "
+                "pass shape=(rows, cols) (or raster=)."
+            )
+        shape = _mask_shape(df["mask"].iloc[0])
+    shape = tuple(shape)
+    if len(shape) != 2 or not all(isinstance(v, int | np.integer) and v > 0 for v in shape):
+        raise ValueError(
+            f"{where}: shape must be (rows, cols) of positive integers, got {shape!r}."
+        )
+    return int(shape[0]), int(shape[1])
+
+
+def _mask_shape(mask: Any) -> tuple[int, ...]:
+    # Lazy masks (FrameMask, RleMask, ...) know their shape; np.shape would make them dense.
+    shape_ = getattr(mask, "shape", None)
+    return tuple(shape_) if isinstance(shape_, tuple) else np.shape(mask)
+
+
+def _crops(df: pd.DataFrame, shape: tuple[int, int]) -> list[Crop]:
+    crops = []
+    for i, mask in enumerate(df["mask"]):
+        got = _mask_shape(mask)
+        if tuple(got) != shape:
+            raise ValueError(
+                f"row {i}: mask of shape {tuple(got)} does not match the image's {shape} "
+                "(rows, cols); masks must be in the original image's pixels (a windowed or "
+                "decimated read needs the Raster of exactly that read)."
+            )
+        if isinstance(mask, FrameMask) and _fast_frame_mask(mask):
+            crops.append(_frame_mask_crop(mask))
+        else:
+            crops.append(_tight(0, 0, _as_bool(mask, i)))
+    return crops
+
+
+def _as_bool(mask: Any, row: int) -> np.ndarray:
+    arr = np.asarray(mask)
+    if arr.dtype == np.bool_:
+        return arr
+    if arr.dtype.kind in "ui":
+        return arr != 0
+    raise ValueError(
+        f"row {row}: a mask must be bool (or 0/1 integers), got {arr.dtype}; threshold "
+        "probabilities or logits first, e.g. mask > 0."
+    )
+
+
+def _tight(r0: int, c0: int, pixels: np.ndarray) -> Crop:
+    rows = np.flatnonzero(pixels.any(axis=1))
+    if rows.size == 0:
+        return 0, 0, np.zeros((0, 0), dtype=bool)
+    cols = np.flatnonzero(pixels.any(axis=0))
+    crop = pixels[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+    return r0 + int(rows[0]), c0 + int(cols[0]), crop
+
+
+def _fast_frame_mask(mask: FrameMask) -> bool:
+    size = mask.letterbox.size
+    return isinstance(mask.rle, RleMask) and mask.rle.shape == (size, size)
+
+
+def _frame_mask_crop(mask: FrameMask) -> Crop:
+    """The crop of ``mask.to_dense()`` holding the mask, without making the full frame dense.
+
+    Image pixel (r, c) takes model pixel (rows_idx[r], cols_idx[c]) (Letterbox.mask_to_image);
+    the indices are non-decreasing, so the model bounding box maps to a contiguous image range.
+    """
+    lb = mask.letterbox
+    x1, y1, x2, y2 = mask.rle.bbox
+    (rows, cols), (height, width) = lb.image_shape, lb.resized_shape
+    rows_idx, cols_idx = _centre_index(rows, height), _centre_index(cols, width)
+    r0, r1 = (int(v) for v in np.searchsorted(rows_idx, [y1, y2]))
+    c0, c1 = (int(v) for v in np.searchsorted(cols_idx, [x1, x2]))
+    if r0 >= r1 or c0 >= c1:
+        return 0, 0, np.zeros((0, 0), dtype=bool)
+    model = np.asarray(mask.rle.to_dense(), dtype=bool)
+    return _tight(r0, c0, model[np.ix_(rows_idx[r0:r1], cols_idx[c0:c1])])
+
+
+def _crop_box(crop: Crop) -> list[float]:
+    r0, c0, pixels = crop
+    return [c0, r0, c0 + pixels.shape[1], r0 + pixels.shape[0]]
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Write detections to a GeoPackage (``.gpkg``) or GeoJSON (``.geojson``) file, atomically.
+
+    - ``.gpkg``: one layer named ``"detections"`` in the GeoDataFrame's CRS. With
+      ``overwrite=True`` the whole file is replaced (other layers in it are not kept).
+    - ``.geojson``: reprojected to EPSG:4326 (longitude, latitude), as RFC 7946 requires, with
+      coordinates rounded to 7 decimals (about 1 cm). A GeoDataFrame without a CRS is written
+      unprojected, with a UserWarning: readers will take its pixel coordinates for degrees.
+
+    Raises:
+        ValueError: an extension other than the supported ones.
+        FileExistsError: ``path`` exists and ``overwrite`` is False.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in VECTOR_FORMATS:
+        raise ValueError(
+            f"cannot write vectors to {path.name!r}: unsupported extension "
+            f"{suffix or '(none)'}; supported: .gpkg (GeoPackage, layer {GEOPACKAGE_LAYER!r}) "
+            "and .geojson (GeoJSON in EPSG:4326)."
+        )
+    if not isinstance(gdf, gpd.GeoDataFrame):
+        raise TypeError(
+            f"write_vector expects a GeoDataFrame, got {type(gdf).__name__}; "
+            "make one with to_geodataframe(df, raster)."
+        )
+    driver = VECTOR_FORMATS[suffix]
+    # The layer name also becomes GeoJSON's "name" member (else the temporary file's name).
+    options: dict[str, Any] = {"layer": GEOPACKAGE_LAYER}
+    if driver == "GeoJSON":
+        if gdf.crs is None:
+            warnings.warn(
+                f"{path.name}: the GeoDataFrame has no CRS, so its coordinates (pixels) go into "
+                "GeoJSON unprojected, where readers will take them for longitude/latitude; "
+                "write a .gpkg, or georeference the detections with to_geodataframe(df, raster).",
+                UserWarning,
+                stacklevel=2,
+            )
+        else:
+            gdf = gdf.to_crs(epsg=4326)
+            options["layer_options"] = {"RFC7946": "YES"}
+    types = set(gdf.geometry.dropna().geom_type)
+    if types <= {"Polygon", "MultiPolygon"}:
+        options.update(geometry_type="MultiPolygon", promote_to_multi=True)
+    frame = gdf.reset_index(drop=True)
+    with atomic_path(path, overwrite) as tmp, warnings.catch_warnings():
+        # Our own warning above already covers a missing CRS.
+        warnings.filterwarnings("ignore", message=".*'crs' was not provided.*")
+        warnings.filterwarnings("ignore", message=".*No SRS set on layer.*")
+        pyogrio.write_dataframe(frame, tmp, driver=driver, **options)
+    return path
+
+
+def write_labels_geotiff(
+    labels: np.ndarray | pd.DataFrame,
+    path: str | os.PathLike,
+    raster_or_profile: RasterLike | Mapping[str, Any],
+    overwrite: bool = False,
+    compress: str = "deflate",
+) -> Path:
+    """Write a label image as a single-band int32 GeoTIFF (nodata 0), atomically.
+
+    Args:
+        labels: an integer ``(rows, cols)`` label image (e.g. :func:`masks_to_labels`; bool is
+            written as 0/1), or a result DataFrame, painted with :func:`masks_to_labels`.
+        path: a ``.tif`` / ``.tiff`` file name.
+        raster_or_profile: the georeferencing of the labels' pixels: a
+            :class:`~napari_sam3.raster.Raster` (for a windowed read, its window's transform is
+            used), a :class:`~napari_sam3.raster.RasterInfo`, a raster file's path (its whole
+            grid), or a rasterio profile with ``transform`` and ``crs`` (``height``/``width`` are
+            checked when present; other keys are ignored).
+        compress: ``"deflate"`` (default) or ``"lzw"``.
+
+    Raises:
+        ValueError: a wrong extension, labels not integer / not 2-D / not fitting int32, or a
+            shape that does not match the raster's.
+        FileExistsError: ``path`` exists and ``overwrite`` is False.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in _GEOTIFF_SUFFIXES:
+        raise ValueError(
+            f"write_labels_geotiff writes GeoTIFF; name the file .tif or .tiff, got {path.name!r}."
+        )
+    compress = str(compress).lower()
+    if compress not in ("deflate", "lzw"):
+        raise ValueError(f"compress must be 'deflate' or 'lzw', got {compress!r}.")
+    crs, transform, shape_ = _tiff_georeference(raster_or_profile)
+    if isinstance(labels, pd.DataFrame):
+        labels = masks_to_labels(labels, shape_)
+    arr = _as_labels(labels)
+    if shape_ is not None and arr.shape != shape_:
+        raise ValueError(
+            f"labels of shape {arr.shape} do not match the raster's {shape_} (rows, cols); "
+            "pass the Raster the detections were made on (for a window, that windowed read)."
+        )
+    if crs is None:
+        warnings.warn(
+            f"{path.name}: no CRS to write; the GeoTIFF carries only its transform.",
+            UserWarning,
+            stacklevel=2,
+        )
+    rows, cols = arr.shape
+    profile: dict[str, Any] = {
+        "driver": "GTiff",
+        "height": rows,
+        "width": cols,
+        "count": 1,
+        "dtype": "int32",
+        "nodata": 0,
+        "crs": crs,
+        "transform": transform,
+        "compress": compress,
+        "predictor": 2,
+        "BIGTIFF": "IF_SAFER",
+    }
+    if rows >= 256 and cols >= 256:
+        profile.update(tiled=True, blockxsize=256, blockysize=256)
+    with atomic_path(path, overwrite) as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
+        with rasterio.open(tmp, "w", **profile) as dst:
+            dst.write(arr, 1)
+    return path
+
+
+def _tiff_georeference(
+    source: RasterLike | Mapping[str, Any],
+) -> tuple[Any, Affine, tuple[int, int] | None]:
+    if isinstance(source, str | os.PathLike):
+        source = raster_info(source)
+    if isinstance(source, Raster | RasterInfo):
+        return source.crs, source.transform, (int(source.shape[1]), int(source.shape[2]))
+    if isinstance(source, Mapping):
+        transform = source.get("transform")
+        if not isinstance(transform, Affine):
+            raise ValueError(
+                "the profile has no 'transform' (a rasterio Affine); pass a rasterio profile "
+                "such as dataset.profile, or the Raster itself."
+            )
+        size = (source.get("height"), source.get("width"))
+        shape_ = (int(size[0]), int(size[1])) if None not in size else None
+        return source.get("crs"), transform, shape_
+    raise TypeError(
+        "raster_or_profile must be a Raster, a RasterInfo, a raster file's path or a rasterio "
+        f"profile (dict), got {type(source).__name__}."
+    )
+
+
+def _as_labels(labels: Any) -> np.ndarray:
+    arr = np.asarray(labels)
+    if arr.ndim != 2:
+        raise ValueError(f"labels must be a 2-D (rows, cols) image, got shape {arr.shape}.")
+    if arr.dtype == np.bool_:
+        return arr.astype(np.int32)
+    if arr.dtype.kind not in "ui":
+        raise ValueError(
+            f"labels must be integers (ids, 0 = background), got {arr.dtype}; "
+            "make them with masks_to_labels(df)."
+        )
+    info = np.iinfo(np.int32)
+    if arr.size and (arr.min() < info.min or arr.max() > info.max):
+        raise ValueError("labels must fit in int32 (GeoTIFF is written as int32).")
+    return arr.astype(np.int32, copy=False)
+
+
+# ----------------------------------------------------------------------------- overlay
+
+
+def overlay_image(
+    rgb: np.ndarray,
+    df: pd.DataFrame,
+    alpha: float = 0.45,
+    boxes: bool = True,
+    text: bool = True,
+) -> np.ndarray:
+    """The RGB picture an analyst looks at: each mask blended in its own colour, outlined, boxed.
+
+    Args:
+        rgb: uint8 ``(rows, cols, 3)`` (or ``(rows, cols)`` grey) in the masks' pixels, e.g.
+            ``client.prepare(path).rgb``.
+        df: result DataFrame; row ``i`` is drawn in colour ``i`` (overlaps as in
+            :func:`masks_to_labels`).
+        alpha: opacity of the mask fill, 0..1.
+        boxes: draw each detection's ``box`` (its mask's bounding box if there is no ``box``).
+        text: write ``keyword score`` above each box.
+    """
+    arr = np.asarray(rgb)
+    if arr.dtype != np.uint8 or not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] == 3)):
+        raise ValueError(
+            f"overlay expects uint8 RGB (rows, cols, 3) or grey (rows, cols), got {arr.dtype} "
+            f"{arr.shape}; stretch rasters with napari_sam3.stretch.to_model_rgb first."
+        )
+    if arr.ndim == 2:
+        arr = np.repeat(arr[:, :, np.newaxis], 3, axis=2)
+    alpha = float(alpha)
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha is an opacity between 0 and 1, got {alpha}.")
+    shape_ = _frame_shape(df, arr.shape[:2], "overlay")
+    crops = _crops(df, shape_)
+    order = _paint_order(df)
+    labels = _paint(crops, order, shape_)
+    palette = np.vstack([np.zeros((1, 3)), _palette(len(df))]).astype(np.float32)
+
+    out = arr.astype(np.float32)
+    inside = labels > 0
+    out[inside] = (1 - alpha) * out[inside] + alpha * palette[labels[inside]]
+    edge = inside & _boundary(labels)
+    out[edge] = palette[labels[edge]]
+    image = Image.fromarray(np.clip(np.rint(out), 0, 255).astype(np.uint8))
+    if (boxes or text) and len(df):
+        _draw_boxes(image, df, crops, order, palette, boxes, text)
+    return np.asarray(image)
+
+
+def overlay_png(
+    rgb: np.ndarray,
+    df: pd.DataFrame,
+    path: str | os.PathLike,
+    alpha: float = 0.45,
+    overwrite: bool = False,
+) -> Path:
+    """Write :func:`overlay_image` of ``rgb`` and ``df`` to a ``.png`` file, atomically."""
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"overlay_png writes PNG; name the file .png, got {path.name!r}.")
+    picture = overlay_image(rgb, df, alpha=alpha)
+    with atomic_path(path, overwrite) as tmp:
+        Image.fromarray(picture).save(tmp, format="PNG")
+    return path
+
+
+def _palette(n: int) -> np.ndarray:
+    """``n`` distinct saturated colours (golden-ratio hue steps), 0..255."""
+    colours = [
+        colorsys.hsv_to_rgb((0.08 + i * 0.618033988749895) % 1.0, 0.85, 1.0 - 0.25 * ((i // 7) % 2))
+        for i in range(n)
+    ]
+    return np.asarray(colours, dtype=np.float32).reshape(n, 3) * 255
+
+
+def _boundary(labels: np.ndarray) -> np.ndarray:
+    """Pixels whose 4-neighbour (or the image edge) has a different label."""
+    edge = np.zeros(labels.shape, dtype=bool)
+    edge[:-1] |= labels[:-1] != labels[1:]
+    edge[1:] |= labels[1:] != labels[:-1]
+    edge[:, :-1] |= labels[:, :-1] != labels[:, 1:]
+    edge[:, 1:] |= labels[:, 1:] != labels[:, :-1]
+    edge[[0, -1], :] = True
+    edge[:, [0, -1]] = True
+    return edge
+
+
+def _draw_boxes(
+    image: Image.Image,
+    df: pd.DataFrame,
+    crops: list[Crop],
+    order: np.ndarray,
+    palette: np.ndarray,
+    boxes: bool,
+    text: bool,
+) -> None:
+    draw = ImageDraw.Draw(image)
+    cols, rows = image.size
+    width = max(1, round(max(rows, cols) / 400))
+    font = _font(max(10, round(max(rows, cols) / 70)))
+    box_column = df["box"].to_list() if "box" in df.columns else None
+    for i in order:
+        colour = tuple(int(v) for v in palette[i + 1])
+        if box_column is not None and box_column[i] is not None:
+            x1, y1, x2, y2 = (float(v) for v in np.asarray(box_column[i]).reshape(4))
+        elif crops[i][2].size:
+            x1, y1, x2, y2 = _crop_box(crops[i])
+        else:
+            continue
+        # Boxes are pixel edges; PIL's rectangle includes its far corner pixel.
+        left, top = round(x1), round(y1)
+        right, bottom = max(left, round(x2) - 1), max(top, round(y2) - 1)
+        if boxes:
+            draw.rectangle([left, top, right, bottom], outline=colour, width=width)
+        if text:
+            caption = _caption(df, i)
+            if caption:
+                tl, tt, tr, tb = draw.textbbox((0, 0), caption, font=font)
+                y = top - (tb - tt) - 2 * width if top >= (tb - tt) + 2 * width else top
+                draw.rectangle(
+                    [left, y, left + (tr - tl) + 2 * width, y + (tb - tt) + 2 * width], fill=colour
+                )
+                ink = (0, 0, 0) if _luma(colour) > 140 else (255, 255, 255)
+                draw.text((left + width - tl, y + width - tt), caption, fill=ink, font=font)
+
+
+def _luma(colour: tuple[int, ...]) -> float:
+    return 0.299 * colour[0] + 0.587 * colour[1] + 0.114 * colour[2]
+
+
+def _caption(df: pd.DataFrame, i: int) -> str:
+    parts = []
+    if "keyword" in df.columns and isinstance(df["keyword"].iloc[i], str):
+        parts.append(df["keyword"].iloc[i])
+    if "score" in df.columns:
+        score = pd.to_numeric(df["score"].iloc[i], errors="coerce")
+        if np.isfinite(score):
+            parts.append(f"{float(score):.2f}")
+    return " ".join(parts)
+
+
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, ImportError, OSError):  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
