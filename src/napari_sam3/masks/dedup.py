@@ -1,0 +1,236 @@
+"""Removing duplicate and nested masks, and box non-maximum suppression.
+
+:func:`dedup_masks` is exact: intersections are counted pixel for pixel from the runs (no
+downsampling). Box overlap is only used to skip pairs that cannot reach the threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from napari_sam3.masks.rle import RleMask, RleMasks
+
+__all__ = ["box_nms", "dedup_masks"]
+
+# Upper bound on the temporary per-chunk arrays (elements), to keep memory flat for large N.
+_CHUNK = 1 << 22
+# Masks resolved per vectorised step of the greedy pass.
+_BLOCK = 16
+
+
+def dedup_masks(
+    masks: RleMasks | np.ndarray | Sequence[RleMask],
+    scores: np.ndarray | Sequence[float],
+    threshold: float = 0.85,
+) -> np.ndarray:
+    """Greedy overlap-coefficient deduplication; returns kept indices, highest score first.
+
+    Masks are visited by descending score (ties: lower index first). A mask is dropped when
+    ``|A & B| / min(|A|, |B|) >= threshold`` for an already kept mask ``B``: this removes near
+    duplicates and masks nested inside a kept mask (or containing one). Empty masks are always
+    dropped. ``masks`` may be :class:`RleMasks`, a bool ``[N, H, W]`` array or a sequence of
+    :class:`RleMask`. The result is exact (intersections counted from the runs).
+    """
+    batch = _as_batch(masks)
+    n = len(batch)
+    score = _check_scores(scores, n)
+    threshold = _check_threshold(threshold, "threshold", lower_inclusive=False)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+
+    areas = batch.areas
+    overlap = _Overlap(batch, threshold)
+    order = np.argsort(-score, kind="stable")
+    order = order[areas[order] > 0]
+    # Greedy in score order, a block at a time: first the pairs (kept so far, block) in one
+    # vectorised call, then the pairs among the block's survivors, resolved in order. Only
+    # pairs whose higher-scoring mask may still be kept are measured, which matters when many
+    # masks overlap one another.
+    kept = np.zeros(0, dtype=np.int64)
+    for b in range(0, order.size, _BLOCK):
+        block = order[b : b + _BLOCK]
+        hit = overlap.suppressed(np.repeat(kept, block.size), np.tile(block, kept.size))
+        removed = np.zeros(block.size, dtype=bool)
+        removed[np.flatnonzero(hit) % block.size] = True
+        alive = np.flatnonzero(~removed)
+        i, j = np.triu_indices(alive.size, k=1)
+        hit = overlap.suppressed(block[alive[i]], block[alive[j]])
+        within = np.zeros((block.size, block.size), dtype=bool)
+        within[alive[i[hit]], alive[j[hit]]] = True
+        for r in alive.tolist():
+            if not removed[r]:
+                removed |= within[r]
+        kept = np.concatenate([kept, block[~removed]])
+    return kept
+
+
+def box_nms(
+    boxes: np.ndarray | Sequence[Sequence[float]],
+    scores: np.ndarray | Sequence[float],
+    iou_threshold: float,
+) -> np.ndarray:
+    """Greedy non-maximum suppression of ``[N, 4]`` xyxy boxes; kept indices, best first.
+
+    Like ``torchvision.ops.nms``: a box is dropped when its IoU with a kept, higher-scoring box
+    is strictly greater than ``iou_threshold`` (ties in score: lower index first). Boxes with
+    zero area never suppress anything.
+    """
+    b = np.asarray(boxes, dtype=np.float64)
+    if b.ndim != 2 or b.shape[1] != 4:
+        raise ValueError(f"boxes must have shape [N, 4] (x1, y1, x2, y2), got {b.shape}")
+    if not np.all(np.isfinite(b)):
+        raise ValueError("boxes contain NaN or infinite coordinates")
+    if np.any(b[:, 2] < b[:, 0]) or np.any(b[:, 3] < b[:, 1]):
+        raise ValueError("boxes must satisfy x2 >= x1 and y2 >= y1")
+    n = b.shape[0]
+    score = _check_scores(scores, n)
+    iou_threshold = _check_threshold(iou_threshold, "iou_threshold", lower_inclusive=True)
+
+    x1, y1, x2, y2 = b.T
+    area = (x2 - x1) * (y2 - y1)
+    order = np.argsort(-score, kind="stable")
+    kept = []
+    while order.size:
+        i = order[0]
+        kept.append(i)
+        rest = order[1:]
+        iw = np.clip(np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]), 0, None)
+        ih = np.clip(np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]), 0, None)
+        inter = iw * ih
+        union = area[i] + area[rest] - inter
+        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        order = rest[iou <= iou_threshold]
+    return np.asarray(kept, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _as_batch(masks: RleMasks | np.ndarray | Sequence[RleMask]) -> RleMasks:
+    if isinstance(masks, RleMasks):
+        return masks
+    if isinstance(masks, np.ndarray):
+        return RleMasks.from_dense(masks)
+    if isinstance(masks, Sequence) and all(isinstance(m, RleMask) for m in masks):
+        if len(masks) == 0:
+            return RleMasks.stack([], shape=(0, 0))
+        return RleMasks.stack(masks)
+    raise ValueError(
+        "masks must be RleMasks, a bool [N, H, W] array or a sequence of RleMask, "
+        f"got {type(masks).__name__}"
+    )
+
+
+def _check_scores(scores: np.ndarray | Sequence[float], n: int) -> np.ndarray:
+    s = np.asarray(scores)
+    if s.ndim != 1 or s.shape[0] != n:
+        raise ValueError(f"scores must have shape [{n}], got {s.shape}")
+    if s.size and not np.issubdtype(s.dtype, np.number):
+        raise ValueError(f"scores must be numbers, got dtype {s.dtype}")
+    s = s.astype(np.float64)
+    if not np.all(np.isfinite(s)):
+        raise ValueError("scores contain NaN or infinite values")
+    return s
+
+
+def _check_threshold(value: float, name: str, lower_inclusive: bool) -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    ok = (0.0 <= t <= 1.0) if lower_inclusive else (0.0 < t <= 1.0)
+    if not ok:
+        interval = "[0, 1]" if lower_inclusive else "(0, 1]"
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+    return t
+
+
+def _could_reach(
+    areas: np.ndarray, boxes: np.ndarray, a: np.ndarray, b: np.ndarray, threshold: float
+) -> np.ndarray:
+    """False where a pair cannot reach the threshold, since |A & B| <= area(box A & box B)."""
+    iw = np.minimum(boxes[a, 2], boxes[b, 2]) - np.maximum(boxes[a, 0], boxes[b, 0])
+    ih = np.minimum(boxes[a, 3], boxes[b, 3]) - np.maximum(boxes[a, 1], boxes[b, 1])
+    box_inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
+    return (box_inter > 0) & (box_inter / np.minimum(areas[a], areas[b]) >= threshold)
+
+
+class _Overlap:
+    """Exact ``|A & B|`` for pairs of masks of one batch, from the foreground intervals.
+
+    All masks share one batch-wide position axis (mask index * H*W + y*W + x). ``F(x)``, the
+    number of foreground pixels of the batch before ``x``, comes from one sorted array of
+    interval starts. For each pair, the mask with fewer intervals in the rows shared by both
+    boxes is the probe: each of its intervals ``[s, e)`` there, moved onto the other mask's
+    stretch of the axis, contributes ``F(e) - F(s)``.
+    """
+
+    def __init__(self, batch: RleMasks, threshold: float) -> None:
+        self.threshold = threshold
+        self.areas = batch.areas
+        h, w = batch.shape
+        self.hw = h * w
+        self.w = w
+        owner, start, end = batch.intervals()
+        self.start = start + owner * self.hw
+        self.end = end + owner * self.hw
+        self.length = end - start
+        self.before = np.cumsum(self.length) - self.length
+        self.boxes = batch.bboxes
+
+    def suppressed(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether each pair reaches the overlap-coefficient threshold."""
+        reach = _could_reach(self.areas, self.boxes, a, b, self.threshold)
+        hit = np.zeros(a.size, dtype=bool)
+        a, b = a[reach], b[reach]
+        inter = self.intersections(a, b)
+        hit[reach] = inter / np.minimum(self.areas[a], self.areas[b]) >= self.threshold
+        return hit
+
+    def intersections(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.zeros(a.size, dtype=np.int64)
+        if a.size == 0:
+            return out
+        y0 = np.maximum(self.boxes[a, 1], self.boxes[b, 1])
+        y1 = np.minimum(self.boxes[a, 3], self.boxes[b, 3])
+        first_a, count_a = self._in_rows(a, y0, y1)
+        first_b, count_b = self._in_rows(b, y0, y1)
+        swap = count_a > count_b
+        target = np.where(swap, a, b)
+        first = np.where(swap, first_b, first_a)
+        count = np.where(swap, count_b, count_a)
+        shift = (target - np.where(swap, b, a)) * self.hw
+        total = np.cumsum(count)
+        lo = 0
+        while lo < a.size:
+            # Take pairs until the expanded interval arrays would exceed _CHUNK elements.
+            done = int(total[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(total, done + _CHUNK, side="right")))
+            c = count[lo:hi]
+            idx = np.arange(c.sum(), dtype=np.int64) + np.repeat(
+                first[lo:hi] - (np.cumsum(c) - c), c
+            )
+            moved = np.repeat(shift[lo:hi], c)
+            covered = self._prefix(self.end[idx] + moved) - self._prefix(self.start[idx] + moved)
+            sums = np.concatenate([[0], np.cumsum(covered)])
+            ends = np.cumsum(c)
+            out[lo:hi] = sums[ends] - sums[ends - c]
+            lo = hi
+        return out
+
+    def _in_rows(
+        self, mask: np.ndarray, y0: np.ndarray, y1: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """First index and number of ``mask``'s intervals touching rows ``y0 <= y < y1``."""
+        base = mask * self.hw
+        first = np.searchsorted(self.end, base + y0 * self.w, side="right")
+        stop = np.searchsorted(self.start, base + y1 * self.w, side="left")
+        return first, np.maximum(stop - first, 0)
+
+    def _prefix(self, x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.start, x, side="right") - 1
+        kk = np.maximum(k, 0)
+        inside = np.minimum(x - self.start[kk], self.length[kk])
+        return np.where(k >= 0, self.before[kk] + inside, 0)

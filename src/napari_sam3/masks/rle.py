@@ -1,0 +1,620 @@
+"""Condensed run-length encoding of a batch of binary masks (format: docs/rle.md).
+
+This module depends only on numpy and the standard library: the export tool copies this very
+file into the Triton postprocess model's directory, so the server encodes and the client decodes
+with the same code. Do not import anything else from napari_sam3 here.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "MAGIC",
+    "RleMask",
+    "RleMasks",
+    "decode_mask",
+    "decode_masks",
+    "encode_mask",
+    "encode_masks",
+]
+
+MAGIC = b"S3RL"
+FORMAT_VERSION = 1
+# magic, version, flags, reserved, n, height, width, crc32, body length
+_HEADER = struct.Struct("<4sBBHIIIIQ")
+HEADER_SIZE = _HEADER.size  # 32
+# The checksum covers the header bytes before it (magic .. width), then the body.
+_CRC_COVERS = 20
+_U32_MAX = 2**32 - 1
+# A 9-byte LEB128 varint carries 63 bits, so every value fits a non-negative int64.
+_MAX_VARINT_BYTES = 9
+# Keeps batch-wide flat positions (mask index * H * W + pixel) inside int64.
+_MAX_TOTAL_PIXELS = 2**62
+
+
+# ---------------------------------------------------------------------------------------------
+# public API
+
+
+def encode_masks(masks: np.ndarray) -> bytes:
+    """Encode a bool array ``[N, H, W]`` into one condensed RLE payload (docs/rle.md)."""
+    masks = _check_dense(masks, ndim=3)
+    n, h, w = masks.shape
+    starts, ends = _intervals_from_dense(masks)
+    runs, counts = _runs_from_intervals(starts, ends, n, h * w)
+    return _pack(runs, counts, n, h, w)
+
+
+def decode_masks(payload: bytes | bytearray | memoryview) -> RleMasks:
+    """Parse and validate a payload written by :func:`encode_masks`; nothing is densified."""
+    runs, counts, n, h, w = _unpack(payload)
+    return RleMasks._from_runs(runs, counts, (h, w))
+
+
+def encode_mask(mask: np.ndarray) -> bytes:
+    """Encode one bool mask ``[H, W]`` as a payload holding a batch of one."""
+    mask = _check_dense(mask, ndim=2)
+    return encode_masks(mask[np.newaxis])
+
+
+def decode_mask(payload: bytes | bytearray | memoryview) -> RleMask:
+    """Decode a payload that must hold exactly one mask."""
+    masks = decode_masks(payload)
+    if len(masks) != 1:
+        raise ValueError(f"payload holds {len(masks)} masks, expected exactly 1")
+    return masks.mask(0)
+
+
+class RleMask:
+    """One mask kept as its runs: small enough to live in a pandas column.
+
+    Masks taken from an :class:`RleMasks` hold a read-only view into the batch's runs (no copy).
+    Use :meth:`to_dense` or ``np.asarray(mask)`` for the bool ``[H, W]`` array.
+    """
+
+    __slots__ = ("_runs", "_shape")
+
+    def __init__(self, runs: Sequence[int] | np.ndarray, shape: tuple[int, int]) -> None:
+        """A mask from canonical runs (docs/rle.md), which are checked and copied."""
+        h, w = (int(v) for v in shape)
+        if h < 0 or w < 0:
+            raise ValueError(f"mask shape must be non-negative, got {shape}")
+        values = np.array(runs)
+        if values.ndim != 1 or (values.size and not np.issubdtype(values.dtype, np.integer)):
+            raise ValueError("runs must be a 1-D sequence of integers")
+        values = values.astype(np.int64)
+        counts = np.array([values.size], dtype=np.int64)
+        _check_runs(values, counts, h * w, f"{h}x{w}", what="invalid runs")
+        values.flags.writeable = False
+        self._runs = values
+        self._shape = (h, w)
+
+    @classmethod
+    def _view(cls, runs: np.ndarray, shape: tuple[int, int]) -> RleMask:
+        # Trusted internal constructor: runs already validated and read-only.
+        mask = object.__new__(cls)
+        mask._runs = runs
+        mask._shape = shape
+        return mask
+
+    @classmethod
+    def from_dense(cls, mask: np.ndarray) -> RleMask:
+        """Run-length encode one bool ``[H, W]`` mask."""
+        mask = _check_dense(mask, ndim=2)
+        return RleMasks.from_dense(mask[np.newaxis]).mask(0)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._shape
+
+    @property
+    def runs(self) -> np.ndarray:
+        """Run lengths (int64, read-only), alternating background/foreground, background first."""
+        return self._runs
+
+    @property
+    def area(self) -> int:
+        return int(self._runs[1::2].sum())
+
+    @property
+    def bbox(self) -> tuple[int, int, int, int]:
+        """``(x1, y1, x2, y2)`` in pixel-edge coordinates (x2, y2 exclusive); zeros if empty."""
+        h, w = self._shape
+        counts = np.array([self._runs.size], dtype=np.int64)
+        intervals = _intervals_from_runs(self._runs, counts, h * w)
+        return tuple(int(v) for v in _bboxes_from_intervals(*intervals, 1, w)[0])
+
+    def to_dense(self) -> np.ndarray:
+        h, w = self._shape
+        values = np.zeros(self._runs.size, dtype=bool)
+        values[1::2] = True
+        return np.repeat(values, self._runs).reshape(h, w)
+
+    def to_bytes(self) -> bytes:
+        """A payload holding this one mask (see :func:`decode_mask`)."""
+        counts = np.array([self._runs.size], dtype=np.int64)
+        return _pack(self._runs, counts, 1, *self._shape)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("an RleMask has no pixel array to share; it always builds one")
+        dense = self.to_dense()
+        return dense if dtype is None else dense.astype(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RleMask):
+            return NotImplemented
+        return self._shape == other._shape and np.array_equal(self._runs, other._runs)
+
+    def __hash__(self) -> int:
+        return hash((self._shape, self._runs.tobytes()))
+
+    def __repr__(self) -> str:
+        h, w = self._shape
+        return f"RleMask(shape=({h}, {w}), area={self.area}, runs={self._runs.size})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle this mask alone, as its compact payload, not the batch its view points into.
+        return (decode_mask, (self.to_bytes(),))
+
+
+class RleMasks:
+    """A decoded batch of ``N`` masks of one shape, kept as runs until asked for pixels.
+
+    ``len()``, ``.shape`` (H, W), ``.areas`` and ``.bboxes`` come from the runs;
+    ``masks[i]`` and :meth:`to_dense` build bool arrays; :meth:`mask` / :meth:`as_list` give
+    :class:`RleMask` objects that share this batch's memory.
+    """
+
+    def __init__(self) -> None:
+        raise TypeError("use decode_masks(), RleMasks.from_dense() or RleMasks.stack()")
+
+    @classmethod
+    def _from_runs(cls, runs: np.ndarray, counts: np.ndarray, shape: tuple[int, int]) -> RleMasks:
+        self = object.__new__(cls)
+        runs = np.ascontiguousarray(runs, dtype=np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        runs.flags.writeable = False
+        counts.flags.writeable = False
+        self._runs = runs
+        self._counts = counts
+        self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._shape = (int(shape[0]), int(shape[1]))
+        self._areas: np.ndarray | None = None
+        self._bboxes: np.ndarray | None = None
+        self._intervals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        return self
+
+    @classmethod
+    def from_dense(cls, masks: np.ndarray) -> RleMasks:
+        """Run-length encode a bool ``[N, H, W]`` array."""
+        masks = _check_dense(masks, ndim=3)
+        n, h, w = masks.shape
+        starts, ends = _intervals_from_dense(masks)
+        runs, counts = _runs_from_intervals(starts, ends, n, h * w)
+        return cls._from_runs(runs, counts, (h, w))
+
+    @classmethod
+    def stack(cls, masks: Sequence[RleMask], shape: tuple[int, int] | None = None) -> RleMasks:
+        """Gather :class:`RleMask` objects of one shape into a batch (``shape`` needed if empty)."""
+        masks = list(masks)
+        for m in masks:
+            if not isinstance(m, RleMask):
+                raise ValueError(f"expected RleMask objects, got {type(m).__name__}")
+        shapes = {m.shape for m in masks}
+        if shape is not None:
+            shapes.add((int(shape[0]), int(shape[1])))
+        if len(shapes) > 1:
+            raise ValueError(f"masks of different shapes cannot be stacked: {sorted(shapes)}")
+        if not shapes:
+            raise ValueError("stacking zero masks needs an explicit shape")
+        (out_shape,) = shapes
+        if not masks:
+            return cls._from_runs(np.zeros(0, np.int64), np.zeros(0, np.int64), out_shape)
+        runs = np.concatenate([m.runs for m in masks])
+        counts = np.array([m.runs.size for m in masks], dtype=np.int64)
+        return cls._from_runs(runs, counts, out_shape)
+
+    # -- size and summaries, all from the runs ------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self._counts.size)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(H, W)`` of every mask."""
+        return self._shape
+
+    @property
+    def runs(self) -> np.ndarray:
+        """All masks' run lengths, concatenated (int64, read-only)."""
+        return self._runs
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Number of runs of each mask (int64, read-only)."""
+        return self._counts
+
+    @property
+    def areas(self) -> np.ndarray:
+        """Foreground pixel count of each mask, int64 ``[N]``."""
+        if self._areas is None:
+            owner, start, end = self.intervals()
+            areas = np.bincount(owner, weights=end - start, minlength=len(self)).astype(np.int64)
+            areas.flags.writeable = False
+            self._areas = areas
+        return self._areas
+
+    @property
+    def bboxes(self) -> np.ndarray:
+        """int64 ``[N, 4]`` ``x1, y1, x2, y2``, pixel-edge coordinates (x2, y2 exclusive).
+
+        A box covers pixels ``x1 <= x < x2``, ``y1 <= y < y2``; an empty mask gets all zeros.
+        """
+        if self._bboxes is None:
+            boxes = _bboxes_from_intervals(*self.intervals(), len(self), self._shape[1])
+            boxes.flags.writeable = False
+            self._bboxes = boxes
+        return self._bboxes
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Foreground runs as ``(mask_index, start, end)``, int64 each.
+
+        ``start``/``end`` are row-major flat pixel indices within the mask (``y * W + x``),
+        end exclusive; sorted by mask, then position.
+        """
+        if self._intervals is None:
+            h, w = self._shape
+            result = _intervals_from_runs(self._runs, self._counts, h * w)
+            for a in result:
+                a.flags.writeable = False
+            self._intervals = result
+        return self._intervals
+
+    # -- per-mask access ----------------------------------------------------------------------
+
+    def mask(self, i: int) -> RleMask:
+        """Mask ``i`` as an :class:`RleMask` (shares this batch's memory)."""
+        i = self._check_index(i)
+        return RleMask._view(self._runs[self._offsets[i] : self._offsets[i + 1]], self._shape)
+
+    def as_list(self) -> list[RleMask]:
+        """Every mask as an :class:`RleMask`, e.g. for a pandas column."""
+        return [
+            RleMask._view(self._runs[a:b], self._shape)
+            for a, b in zip(self._offsets[:-1].tolist(), self._offsets[1:].tolist(), strict=True)
+        ]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Mask ``i`` as a dense bool ``[H, W]`` array."""
+        return self.mask(i).to_dense()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> RleMasks:
+        """A new batch holding the masks at ``indices``, in that order (e.g. after dedup)."""
+        idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError("indices must be a 1-D sequence of integers")
+        n = len(self)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise ValueError(f"index out of range for {n} masks")
+        idx = np.where(idx < 0, idx + n, idx).astype(np.int64)
+        counts = self._counts[idx]
+        starts = self._offsets[idx]
+        within = np.arange(counts.sum(), dtype=np.int64) - np.repeat(
+            np.cumsum(counts) - counts, counts
+        )
+        runs = self._runs[np.repeat(starts, counts) + within]
+        return RleMasks._from_runs(runs, counts, self._shape)
+
+    def to_dense(self) -> np.ndarray:
+        """All masks as a bool ``[N, H, W]`` array."""
+        h, w = self._shape
+        values = (self._local_run_index() & 1).astype(bool)
+        return np.repeat(values, self._runs).reshape(len(self), h, w)
+
+    def to_labels(self, labels: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """Paint the masks into one int32 ``[H, W]`` label image, later masks on top.
+
+        ``labels`` gives each mask's value (default ``1..N``); background stays 0.
+        """
+        n = len(self)
+        values = np.arange(1, n + 1, dtype=np.int64) if labels is None else np.asarray(labels)
+        if values.shape != (n,) or not np.issubdtype(values.dtype, np.integer):
+            raise ValueError(f"labels must be {n} integers, got shape {values.shape}")
+        info = np.iinfo(np.int32)
+        if values.size and (values.min() < info.min or values.max() > info.max):
+            raise ValueError("labels must fit in int32")
+        h, w = self._shape
+        out = np.zeros(h * w, dtype=np.int32)
+        index, starts, ends = self.intervals()
+        lengths = ends - starts
+        pixel = np.arange(lengths.sum(), dtype=np.int64) + np.repeat(
+            starts - (np.cumsum(lengths) - lengths), lengths
+        )
+        # Fancy assignment applies in order, so a later mask overwrites an earlier one.
+        out[pixel] = np.repeat(values[index], lengths)
+        return out.reshape(h, w)
+
+    def to_bytes(self) -> bytes:
+        """Re-encode this batch as a payload (no densification)."""
+        return _pack(self._runs, self._counts, len(self), *self._shape)
+
+    def __repr__(self) -> str:
+        h, w = self._shape
+        return f"RleMasks(n={len(self)}, shape=({h}, {w}), runs={self._runs.size})"
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _check_index(self, i: int) -> int:
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise TypeError(f"mask index must be an integer, got {type(i).__name__}")
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"mask index {i} out of range for {n} masks")
+        return int(i) % n
+
+    def _local_run_index(self) -> np.ndarray:
+        return np.arange(self._runs.size, dtype=np.int64) - np.repeat(
+            self._offsets[:-1], self._counts
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# dense -> runs
+
+
+def _check_dense(masks: Any, ndim: int) -> np.ndarray:
+    if not isinstance(masks, np.ndarray):
+        raise ValueError(f"masks must be a numpy array, got {type(masks).__name__}")
+    if masks.dtype != np.bool_:
+        raise ValueError(f"masks must have dtype bool, got {masks.dtype}")
+    if masks.ndim != ndim:
+        layout = "[N, H, W]" if ndim == 3 else "[H, W]"
+        raise ValueError(f"masks must be {ndim}-D {layout}, got shape {masks.shape}")
+    if any(d > _U32_MAX for d in masks.shape):
+        raise ValueError(f"mask dimensions must fit in 32 bits, got {masks.shape}")
+    return np.ascontiguousarray(masks)
+
+
+def _intervals_from_dense(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Foreground intervals ``[start, end)`` as batch-wide flat positions (``i*H*W + y*W + x``)."""
+    n, h, w = masks.shape
+    hw = h * w
+    starts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    ends: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    if n * hw == 0:
+        return starts[0], ends[0]
+    # One fast pass finds the rows holding foreground; transitions are then looked for only
+    # inside each mask's bounding box (the loop is over masks, each step vectorised).
+    busy_rows = masks.any(axis=2)
+    for i in np.flatnonzero(busy_rows.any(axis=1)).tolist():
+        ys = np.flatnonzero(busy_rows[i])
+        y0, y1 = int(ys[0]), int(ys[-1]) + 1
+        band = masks[i, y0:y1]
+        xs = np.flatnonzero(band.any(axis=0))
+        x0, x1 = int(xs[0]), int(xs[-1]) + 1
+        # A zero column either side of each cropped row makes transitions alternate
+        # start, end, and keeps runs from leaking between rows.
+        padded = np.zeros((y1 - y0, x1 - x0 + 2), dtype=np.uint8)
+        padded[:, 1:-1] = band[:, x0:x1]
+        flat = padded.reshape(-1)
+        edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+        row, col = np.divmod(edges, x1 - x0 + 2)
+        pos = i * hw + (y0 + row) * w + (x0 - 1) + col
+        s, e = pos[0::2], pos[1::2]
+        if x1 - x0 == w:
+            # Full-width box: a run reaching the end of a row continues on the next row.
+            join = e[:-1] == s[1:]
+            s = s[np.concatenate([[True], ~join])]
+            e = e[np.concatenate([~join, [True]])]
+        starts.append(s)
+        ends.append(e)
+    return np.concatenate(starts), np.concatenate(ends)
+
+
+def _runs_from_intervals(
+    starts: np.ndarray, ends: np.ndarray, n: int, hw: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Canonical runs and per-mask run counts from sorted, non-adjacent batch-wide intervals."""
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if hw == 0:
+        return np.zeros(0, np.int64), np.zeros(n, np.int64)
+    owner = starts // hw
+    k = np.bincount(owner, minlength=n).astype(np.int64)
+    first = np.cumsum(k) - k
+    local_start = starts - owner * hw
+    local_end = ends - owner * hw
+    t = np.arange(starts.size, dtype=np.int64) - first[owner]
+    prev_end = np.zeros(starts.size, dtype=np.int64)
+    prev_end[1:] = local_end[:-1]
+    prev_end[t == 0] = 0
+    # Layout per mask: gap, length, gap, length, ..., trailing background.
+    slots = 2 * k + 1
+    slot_offset = np.cumsum(slots) - slots
+    runs = np.empty(int(slots.sum()), dtype=np.int64)
+    base = slot_offset[owner] + 2 * t
+    runs[base] = local_start - prev_end
+    runs[base + 1] = local_end - local_start
+    last_end = np.zeros(n, dtype=np.int64)
+    has = k > 0
+    last_end[has] = local_end[first[has] + k[has] - 1]
+    trailing = hw - last_end
+    runs[slot_offset + 2 * k] = trailing
+    # A mask whose last pixel is foreground has no trailing background run.
+    drop = trailing == 0
+    if drop.any():
+        keep = np.ones(runs.size, dtype=bool)
+        keep[(slot_offset + 2 * k)[drop]] = False
+        runs = runs[keep]
+    return runs, slots - drop
+
+
+def _intervals_from_runs(
+    runs: np.ndarray, counts: np.ndarray, hw: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Foreground runs as ``(mask_index, start, end)``, positions within each mask."""
+    n = counts.size
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    local = np.arange(runs.size, dtype=np.int64) - (np.cumsum(counts) - counts)[owner]
+    # Positions restart at 0 for each mask because each mask's runs sum to H * W.
+    end = np.cumsum(runs) - owner * hw
+    fg = (local & 1) == 1
+    return owner[fg], (end - runs)[fg], end[fg]
+
+
+def _bboxes_from_intervals(
+    owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int, w: int
+) -> np.ndarray:
+    boxes = np.zeros((n, 4), dtype=np.int64)
+    if start.size == 0:
+        return boxes
+    y0, x0 = np.divmod(start, w)
+    y1, x1 = np.divmod(end - 1, w)
+    # A run that wraps onto another row covers the end of one row and the start of the next.
+    wraps = y1 > y0
+    x0 = np.where(wraps, 0, x0)
+    x1 = np.where(wraps, w - 1, x1)
+    fg_counts = np.bincount(owner, minlength=n)
+    nonempty = np.flatnonzero(fg_counts)
+    first = (np.cumsum(fg_counts) - fg_counts)[nonempty]
+    last = first + fg_counts[nonempty] - 1
+    boxes[nonempty, 0] = np.minimum.reduceat(x0, first)
+    boxes[nonempty, 1] = y0[first]
+    boxes[nonempty, 2] = np.maximum.reduceat(x1, first) + 1
+    boxes[nonempty, 3] = y1[last] + 1
+    return boxes
+
+
+# ---------------------------------------------------------------------------------------------
+# bytes
+
+
+def _pack(runs: np.ndarray, counts: np.ndarray, n: int, h: int, w: int) -> bytes:
+    if n > _U32_MAX or h > _U32_MAX or w > _U32_MAX:
+        raise ValueError(f"N, H and W must fit in 32 bits, got {(n, h, w)}")
+    values = np.concatenate([np.asarray(counts, np.int64), np.asarray(runs, np.int64)])
+    body = _leb128_encode(values).tobytes()
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, 0, n, h, w, 0, len(body))
+    crc = zlib.crc32(body, zlib.crc32(header[:_CRC_COVERS]))
+    return header[:_CRC_COVERS] + struct.pack("<I", crc) + header[_CRC_COVERS + 4 :] + body
+
+
+def _unpack(
+    payload: bytes | bytearray | memoryview,
+) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise ValueError(f"payload must be bytes, got {type(payload).__name__}")
+    buf = memoryview(payload).cast("B")
+    if len(buf) < HEADER_SIZE:
+        raise ValueError(f"RLE payload truncated: {len(buf)} bytes, header needs {HEADER_SIZE}")
+    magic, version, flags, reserved, n, h, w, crc, body_len = _HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise ValueError(f"not an RLE mask payload: magic {magic!r}, expected {MAGIC!r}")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"unsupported RLE format version {version} (this reader knows {FORMAT_VERSION})"
+        )
+    if flags != 0 or reserved != 0:
+        raise ValueError(f"RLE header has unknown flags {flags:#x} / reserved {reserved:#x}")
+    if len(buf) != HEADER_SIZE + body_len:
+        what = "truncated" if len(buf) < HEADER_SIZE + body_len else "has trailing bytes"
+        raise ValueError(
+            f"RLE payload {what}: {len(buf)} bytes, header says {HEADER_SIZE + body_len}"
+        )
+    hw = h * w
+    if n * hw >= _MAX_TOTAL_PIXELS:
+        raise ValueError(f"RLE batch too large: {n} masks of {h}x{w}")
+    body = np.frombuffer(buf, dtype=np.uint8, offset=HEADER_SIZE)
+    if zlib.crc32(buf[HEADER_SIZE:], zlib.crc32(buf[:_CRC_COVERS])) != crc:
+        raise ValueError("RLE payload corrupt: checksum mismatch")
+    values = _leb128_decode(body)
+    if values.size < n:
+        raise ValueError(f"RLE payload corrupt: {values.size} values, fewer than {n} run counts")
+    counts, runs = values[:n], values[n:]
+    # Checking the largest count first keeps the sum below n * runs.size (no overflow).
+    if (n and counts.max() > runs.size) or counts.sum() != runs.size:
+        raise ValueError(f"RLE payload corrupt: run counts do not match the {runs.size} runs")
+    _check_runs(runs, counts, hw, f"{h}x{w}")
+    return runs, counts, n, h, w
+
+
+def _check_runs(
+    runs: np.ndarray, counts: np.ndarray, hw: int, size: str, what: str = "RLE payload corrupt"
+) -> None:
+    """Raise ValueError unless ``runs`` split by ``counts`` are canonical masks of ``hw`` pixels."""
+    if hw == 0:
+        if runs.size:
+            raise ValueError(f"{what}: runs present for masks with zero pixels")
+        return
+    if counts.size and counts.min() < 1:
+        raise ValueError(f"{what}: a mask has no runs")
+    if runs.size and (runs.min() < 0 or runs.max() > hw):
+        raise ValueError(f"{what}: a run is negative or longer than {size}")
+    offsets = np.cumsum(counts) - counts
+    first = np.zeros(runs.size, dtype=bool)
+    first[offsets] = True
+    if np.any((runs == 0) & ~first):
+        raise ValueError(f"{what}: zero-length run after a mask's first run")
+    # Runs are non-negative, so no partial sum exceeds the total; a total far above N*H*W
+    # (possible in a corrupt payload) could wrap int64 and must be caught before summing.
+    if runs.sum(dtype=np.float64) > 2.0 * _MAX_TOTAL_PIXELS:
+        raise ValueError(f"{what}: runs cover far more than {counts.size} masks")
+    cumulative = np.concatenate([[0], np.cumsum(runs)])
+    sums = cumulative[offsets + counts] - cumulative[offsets]
+    if np.any(sums != hw):
+        bad = int(np.flatnonzero(sums != hw)[0])
+        raise ValueError(f"{what}: runs of mask {bad} cover {sums[bad]} pixels, expected {hw}")
+
+
+def _leb128_encode(values: np.ndarray) -> np.ndarray:
+    """Unsigned LEB128 of non-negative int64 values: 7 bits a byte, low bits first."""
+    v = values.astype(np.uint64)
+    nbytes = np.ones(v.size, dtype=np.int64)
+    for k in range(1, _MAX_VARINT_BYTES):
+        nbytes += v >= np.uint64(1 << (7 * k))
+    ends = np.cumsum(nbytes)
+    out = np.empty(int(ends[-1]) if ends.size else 0, dtype=np.uint8)
+    starts = ends - nbytes
+    for k in range(int(nbytes.max()) if nbytes.size else 0):
+        sel = np.flatnonzero(nbytes > k)
+        byte = (v[sel] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        more = (nbytes[sel] > k + 1).astype(np.uint64) << np.uint64(7)
+        out[starts[sel] + k] = (byte | more).astype(np.uint8)
+    return out
+
+
+def _leb128_decode(body: np.ndarray) -> np.ndarray:
+    if body.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    last = body < 0x80
+    if not last[-1]:
+        raise ValueError("RLE payload corrupt: truncated varint at the end of the body")
+    ends = np.flatnonzero(last)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    lengths = ends - starts + 1
+    if lengths.max() == 1:
+        return body.astype(np.int64)
+    if lengths.max() > _MAX_VARINT_BYTES:
+        raise ValueError(f"RLE payload corrupt: varint longer than {_MAX_VARINT_BYTES} bytes")
+    if np.any((lengths > 1) & (body[ends] == 0)):
+        raise ValueError("RLE payload corrupt: non-canonical (overlong) varint")
+    values = (body[starts] & 0x7F).astype(np.int64)
+    for k in range(1, int(lengths.max())):
+        sel = np.flatnonzero(lengths > k)
+        values[sel] |= (body[starts[sel] + k] & 0x7F).astype(np.int64) << (7 * k)
+    return values
