@@ -29,3 +29,46 @@ def s2_rgb_raster(s2_rgb_paths: list[Path]):
     raster = read_raster(s2_rgb_paths)
     raster.data.flags.writeable = False
     return raster
+
+
+@pytest.fixture(scope="session")
+def tiny_repository(tmp_path_factory) -> Path:
+    """The tiny random-weight model exported by our own tool, as the `--flavor python --device cpu`
+    repository that both the embedded engine and the CPU Triton server run."""
+    pytest.importorskip(
+        "sam3_export", reason="the export tool (napari-sam3-export) is not installed"
+    )
+    from sam3_export.pipeline import export_all
+    from sam3_export.triton_repo import write_repository
+
+    out = tmp_path_factory.mktemp("tiny_repository")
+    manifest = export_all(out, size="tiny", seed=0)
+    write_repository(out, manifest, flavor="python", device="cpu")
+    return out
+
+
+@pytest.fixture(scope="session")
+def local_client(tiny_repository):
+    from napari_sam3 import Sam3Client
+
+    return Sam3Client.local(tiny_repository)
+
+
+@pytest.fixture(scope="session")
+def triton_server(tiny_repository, tmp_path_factory):
+    """A real `tritonserver` process on free loopback ports, serving the tiny repository."""
+    from napari_sam3.serve import TritonServer
+
+    log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
+    with TritonServer(tiny_repository, log_file=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s2_crop(s2_rgb_paths):
+    """A 300 x 420 true-colour crop of the Sentinel-2 scene (uint16, bands first)."""
+    import numpy as np
+
+    from napari_sam3.raster import read_raster
+
+    return read_raster(s2_rgb_paths, window=np.s_[100:400, 200:620])

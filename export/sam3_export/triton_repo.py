@@ -1,0 +1,305 @@
+"""The Triton model repository around the exported graphs: configs, Python models, ensembles.
+
+`write_repository(out_dir, manifest, flavor, device)` runs after the graphs are exported:
+
+- one `config.pbtxt` per ONNX graph, with the graph's own input/output names, dtypes and static
+  dims. `flavor="onnx"` serves them with Triton's ONNX Runtime backend (`onnxruntime_onnx`,
+  KIND_GPU unless `device="cpu"`); `flavor="python"` serves each through a Python-backend model
+  that runs it in onnxruntime (for Triton builds without the ONNX Runtime backend);
+- the Python models `sam3_postprocess`, `sam3_multi` and `sam3_interactive`: a generic adapter as
+  `model.py`, beside verbatim copies of their logic modules from `napari_sam3.triton_models`
+  (and `rle.py`, `contract.py`), so that server and embedded engine run the same code;
+- the ensembles `sam3_segment`, `sam3_concept`, `sam3_segment_concept`, carrying the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import onnx
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as pb
+
+import napari_sam3
+from napari_sam3 import contract
+from napari_sam3.masks import rle as rle_module
+
+LOGIC_DIR = Path(napari_sam3.__file__).parent / "triton_models"
+RESULT_OPTIONS = (
+    (contract.SCORE_THR, "TYPE_FP32"),
+    (contract.MASK_THR, "TYPE_FP32"),
+    (contract.MAX_DET, "TYPE_INT32"),
+)
+ONNX_TO_TRITON = {
+    onnx.TensorProto.BOOL: "TYPE_BOOL",
+    onnx.TensorProto.UINT8: "TYPE_UINT8",
+    onnx.TensorProto.INT32: "TYPE_INT32",
+    onnx.TensorProto.INT64: "TYPE_INT64",
+    onnx.TensorProto.FLOAT: "TYPE_FP32",
+}
+FLAVORS = ("onnx", "python")
+DEVICES = ("gpu", "cpu")
+
+
+def graph_signature(path: Path) -> tuple[list[tuple], list[tuple]]:
+    """[(name, triton dtype, dims)] of a graph's inputs and outputs, read from the file."""
+    model = onnx.load(str(path), load_external_data=False)
+
+    def entries(values):
+        out = []
+        for value in values:
+            tensor = value.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+            if any(d < 0 for d in dims):
+                raise ValueError(
+                    f"{path}: {value.name} has a dynamic dimension; graphs must be static"
+                )
+            out.append((value.name, ONNX_TO_TRITON[tensor.elem_type], dims))
+        return out
+
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in initializers]
+    return entries(inputs), entries(model.graph.output)
+
+
+def _tensor(entry, name: str, dtype: str, dims, optional: bool = False):
+    entry.name = name
+    entry.data_type = pb.DataType.Value(dtype)
+    entry.dims.extend(int(d) for d in dims)
+    if optional:
+        entry.optional = True
+
+
+def _config(name: str, inputs, outputs, optional=()) -> pb.ModelConfig:
+    config = pb.ModelConfig(name=name, max_batch_size=0)
+    for n, dtype, dims in inputs:
+        _tensor(config.input.add(), n, dtype, dims, n in optional)
+    for n, dtype, dims in outputs:
+        _tensor(config.output.add(), n, dtype, dims)
+    return config
+
+
+def _set_parameters(config: pb.ModelConfig, parameters: dict) -> None:
+    for key, value in parameters.items():
+        config.parameters[key].string_value = str(value)
+
+
+def _instances(config: pb.ModelConfig, kind: str, count: int = 1) -> None:
+    group = config.instance_group.add()
+    group.kind = pb.ModelInstanceGroup.Kind.Value(kind)
+    group.count = count
+
+
+def _write(model_dir: Path, config: pb.ModelConfig) -> None:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
+
+
+def _python_model(model_dir: Path, config: pb.ModelConfig, logic_module: str) -> None:
+    config.backend = "python"
+    config.parameters["logic_module"].string_value = logic_module
+    version = model_dir / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(LOGIC_DIR / "triton_adapter.py", version / "model.py")
+    for source in (
+        LOGIC_DIR / f"{logic_module}.py",
+        LOGIC_DIR / "postprocess.py",
+        Path(rle_module.__file__),
+        Path(contract.__file__),
+    ):
+        shutil.copyfile(source, version / source.name)
+    _write(model_dir, config)
+
+
+def _graph_model(out_dir: Path, name: str, flavor: str, device: str) -> tuple[list, list]:
+    inputs, outputs = graph_signature(contract.graph_path(out_dir, name))
+    config = _config(name, inputs, outputs)
+    if flavor == "onnx":
+        config.platform = "onnxruntime_onnx"
+        _instances(config, "KIND_GPU" if device == "gpu" else "KIND_CPU")
+        _write(out_dir / name, config)
+    else:
+        _instances(config, "KIND_CPU" if device == "cpu" else "KIND_GPU")
+        _python_model(out_dir / name, config, "onnx_runner")
+    return inputs, outputs
+
+
+def _step(ensemble: pb.ModelConfig, model: str, inputs, outputs) -> None:
+    step = ensemble.ensemble_scheduling.step.add()
+    step.model_name = model
+    step.model_version = -1
+    for key in inputs:
+        step.input_map[key] = key
+    for key in outputs:
+        step.output_map[key] = key
+
+
+def _ensemble(name, inputs, outputs, steps, manifest, optional=()) -> pb.ModelConfig:
+    config = _config(name, inputs, outputs, optional)
+    config.platform = "ensemble"
+    _set_parameters(config, {contract.MANIFEST_PARAMETER: json.dumps(manifest, sort_keys=True)})
+    for model, step_inputs, step_outputs in steps:
+        _step(config, model, step_inputs, step_outputs)
+    return config
+
+
+def _result_outputs() -> list[tuple]:
+    return [
+        (contract.SCORES, "TYPE_FP32", [-1]),
+        (contract.BOXES, "TYPE_FP32", [-1, 4]),
+        (contract.MASKS_RLE, "TYPE_UINT8", [-1]),
+    ]
+
+
+def write_repository(
+    out_dir: str | Path, manifest: dict, flavor: str = "onnx", device: str = "gpu"
+) -> list[str]:
+    """Write every config, Python model and ensemble around the graphs in `out_dir`."""
+    if flavor not in FLAVORS:
+        raise ValueError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    out_dir = Path(out_dir)
+    manifest = contract.check_manifest(manifest)
+    manifest = {
+        **manifest,
+        "flavor": flavor,
+        "device": device,
+        "max_keywords": contract.MAX_KEYWORDS,
+    }
+    sig = {}
+    graphs = [*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS]
+    for name in graphs:
+        if contract.graph_path(out_dir, name).exists():
+            sig[name] = _graph_model(out_dir, name, flavor, device)
+    missing = [g for g in contract.GROUNDING_GRAPHS if g not in sig]
+    if missing:
+        raise FileNotFoundError(f"{out_dir} lacks the graphs {missing}; export them first")
+    written = list(sig)
+    s = int(manifest["image_size"])
+    params = {
+        "image_size": s,
+        "max_keywords": contract.MAX_KEYWORDS,
+        "exemplar_slots": manifest["exemplar_slots"],
+    }
+    options = [(n, t, [1]) for n, t in RESULT_OPTIONS]
+    option_names = [n for n, _, _ in options]
+    (enc_in, enc_out), (text_in, text_out) = sig[contract.ENCODER], sig[contract.TEXT]
+    dec_in, dec_out = sig[contract.DECODER]
+    ct_in, _ = sig[contract.DECODER_CT]
+    ce_in, ce_out = sig[contract.CONCEPT_ENCODER]
+    exemplar_in = [e for e in dec_in if e[0] in (contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.EXEMPLAR_VALID)]
+    concept_in = [e for e in ct_in if e[0] in contract.CONCEPT_OUTPUTS]
+
+    post = _config(contract.POSTPROCESS, dec_out + options, _result_outputs(), option_names)
+    _set_parameters(post, params)
+    _instances(post, "KIND_CPU")
+    _python_model(out_dir / contract.POSTPROCESS, post, "postprocess")
+    written.append(contract.POSTPROCESS)
+
+    def names(entries):
+        return [e[0] for e in entries]
+
+    grounding = [e for e in enc_out if e[0] in contract.GROUNDING_VISION]
+    segment = _ensemble(
+        contract.SEGMENT,
+        enc_in + text_in + exemplar_in + options,
+        _result_outputs(),
+        [
+            (contract.ENCODER, names(enc_in), names(grounding)),
+            (contract.TEXT, names(text_in), names(text_out)),
+            (contract.DECODER, names(dec_in), names(dec_out)),
+            (contract.POSTPROCESS, names(dec_out) + option_names, names(_result_outputs())),
+        ],
+        manifest,
+        option_names,
+    )
+    concept = _ensemble(
+        contract.CONCEPT,
+        enc_in + exemplar_in,
+        ce_out,
+        [
+            (contract.ENCODER, names(enc_in), [n for n in names(ce_in) if n in names(enc_out)]),
+            (contract.CONCEPT_ENCODER, names(ce_in), names(ce_out)),
+        ],
+        manifest,
+    )
+    segment_concept = _ensemble(
+        contract.SEGMENT_CONCEPT,
+        enc_in + text_in + concept_in + options,
+        _result_outputs(),
+        [
+            (contract.ENCODER, names(enc_in), names(grounding)),
+            (contract.TEXT, names(text_in), names(text_out)),
+            (contract.DECODER_CT, names(ct_in), names(dec_out)),
+            (contract.POSTPROCESS, names(dec_out) + option_names, names(_result_outputs())),
+        ],
+        manifest,
+        option_names,
+    )
+    for config in (segment, concept, segment_concept):
+        _write(out_dir / config.name, config)
+        (out_dir / config.name / "1").mkdir(exist_ok=True)  # Triton wants a version folder
+        written.append(config.name)
+
+    tokens = contract.TEXT_TOKENS
+    multi = _config(
+        contract.MULTI,
+        enc_in + [(contract.TOKEN_IDS, "TYPE_INT64", [-1, tokens])] + options,
+        _result_outputs() + [(contract.KEYWORD_COUNTS, "TYPE_INT32", [-1])],
+        option_names,
+    )
+    _set_parameters(
+        multi, {**params, contract.MANIFEST_PARAMETER: json.dumps(manifest, sort_keys=True)}
+    )
+    _instances(multi, "KIND_CPU")
+    _python_model(out_dir / contract.MULTI, multi, "multi")
+    written.append(contract.MULTI)
+
+    if contract.PVS_DECODER in sig:
+        written.append(_interactive(out_dir, sig, manifest, params))
+    return written
+
+
+def _interactive(out_dir: Path, sig: dict, manifest: dict, params: dict) -> str:
+    enc_in, _ = sig[contract.ENCODER]
+    pvs_in, pvs_out = sig[contract.PVS_DECODER]
+    prompts = [e for e in pvs_in if e[0] in contract.PVS_PROMPTS]
+    grid_in, grid_out = sig.get(contract.PVS_GRID_DECODER, sig[contract.PVS_DECODER])
+    grid_batch = dict((n, d) for n, _, d in grid_in)[contract.PVS_POINT_COORDS][0]
+    points = dict((n, d) for n, _, d in grid_in)[contract.PVS_POINT_COORDS][1]
+    masks_dims = dict((n, d) for n, _, d in pvs_out)[contract.PVS_DECODER_MASKS]
+    inputs = (
+        [(contract.IMAGE_ID, "TYPE_STRING", [1])]
+        + enc_in
+        + prompts
+        + [
+            (contract.PVS_GRID_COORDS, "TYPE_FP32", [-1, points, 2]),
+            (contract.PVS_GRID_LABELS, "TYPE_FP32", [-1, points]),
+        ]
+    )
+    optional = [n for n, _, _ in inputs if n != contract.IMAGE_ID]
+    outputs = [
+        (contract.PVS_IOU, "TYPE_FP32", [-1, 3]),
+        (contract.PVS_LOW_RES, "TYPE_FP32", [-1, 3, -1, -1]),
+        (contract.MASKS_RLE, "TYPE_UINT8", [-1]),
+        (contract.PVS_GRID_LOW_RES, "TYPE_FP32", [-1, 3, -1, -1]),
+        (contract.PVS_GRID_IOU, "TYPE_FP32", [-1, 3]),
+    ]
+    config = _config(contract.INTERACTIVE, inputs, outputs, optional)
+    _set_parameters(
+        config,
+        {
+            **params,
+            "grid_batch": grid_batch,
+            "low_res_size": masks_dims[-1],
+            "cache_size": 8,
+            "cache_ttl_s": 900,
+            contract.MANIFEST_PARAMETER: json.dumps(manifest, sort_keys=True),
+        },
+    )
+    _instances(config, "KIND_CPU")
+    _python_model(out_dir / contract.INTERACTIVE, config, "interactive")
+    return contract.INTERACTIVE
