@@ -1,0 +1,297 @@
+"""The model repository on a real `tritonserver` (the CPU server inside nvidia-pytriton)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from napari_sam3 import Sam3Client, contract
+from napari_sam3.engines import LocalEngine
+from napari_sam3.engines.model_config import load_model_configs
+from napari_sam3.tokenizer import tokenize
+from napari_sam3.triton_models.postprocess import postprocess
+
+if shutil.which("tritonserver") is None and importlib.util.find_spec("pytriton") is None:
+    pytest.skip("no tritonserver: install nvidia-pytriton (--no-deps)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def triton_client(triton_server):
+    return Sam3Client(triton_server.grpc_address, connect_timeout=30)
+
+
+def _images(seed: int, size: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (1, 3, size, size), dtype=np.uint8)
+
+
+def _segment_inputs(manifest: dict, seed: int = 0, boxes=()) -> dict:
+    s, k = int(manifest["image_size"]), int(manifest["exemplar_slots"])
+    inputs = {
+        contract.IMAGES: _images(seed, s),
+        contract.TOKEN_IDS: tokenize("building"),
+        contract.EXEMPLAR_BOXES: np.zeros((1, k, 4), np.float32),
+        contract.EXEMPLAR_LABELS: np.zeros((1, k), np.int64),
+        contract.EXEMPLAR_VALID: np.zeros((1, k), np.bool_),
+    }
+    for i, box in enumerate(boxes):
+        inputs[contract.EXEMPLAR_BOXES][0, i] = box
+        inputs[contract.EXEMPLAR_LABELS][0, i] = 1
+        inputs[contract.EXEMPLAR_VALID][0, i] = True
+    return inputs
+
+
+def test_production_configs_match_the_graphs(tiny_repository, tmp_path):
+    """`--flavor onnx` configs parse with Triton's schema and name every graph tensor exactly."""
+    from sam3_export.triton_repo import graph_signature, write_repository
+
+    repo = tmp_path / "production"
+    shutil.copytree(tiny_repository, repo, ignore=shutil.ignore_patterns("config.pbtxt", "*.py"))
+    write_repository(repo, contract.load_manifest(repo), flavor="onnx")
+    configs = load_model_configs(repo)
+    graphs = [*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS]
+    for name in graphs:
+        config = configs[name]
+        assert config.platform == "onnxruntime_onnx"
+        assert [g.kind for g in config.proto.instance_group] == [1]  # KIND_GPU
+        model = onnx.load(str(contract.graph_path(repo, name)), load_external_data=False)
+        inputs, outputs = graph_signature(contract.graph_path(repo, name))
+        assert [i.name for i in config.inputs] == [n for n, _, _ in inputs]
+        assert [o.name for o in config.outputs] == [o.name for o in model.graph.output]
+        for spec, (_, _, dims) in zip(config.inputs, inputs, strict=True):
+            assert list(spec.dims) == dims
+        for spec, value in zip(config.outputs, model.graph.output, strict=True):
+            onnx_dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+            assert list(spec.dims) == onnx_dims
+            assert spec.dtype == onnx.helper.tensor_dtype_to_np_dtype(
+                value.type.tensor_type.elem_type
+            )
+    for ensemble in (contract.SEGMENT, contract.CONCEPT, contract.SEGMENT_CONCEPT):
+        config = configs[ensemble]
+        assert config.is_ensemble
+        manifest = contract.manifest_from_config(config)
+        assert manifest["model_id"] == contract.load_manifest(repo)["model_id"]
+        for step in config.proto.ensemble_scheduling.step:
+            step_config = configs[step.model_name]
+            assert set(step.input_map) <= {i.name for i in step_config.inputs}
+            assert set(step.output_map) <= {o.name for o in step_config.outputs}
+
+
+def test_segment_ensemble_equals_graphs_run_directly(triton_client, tiny_repository):
+    manifest = contract.load_manifest(tiny_repository)
+    inputs = _segment_inputs(manifest, boxes=[(10, 12, 60, 70)])
+    inputs[contract.SCORE_THR] = np.array([0.0], np.float32)
+    served = triton_client.engine.infer(contract.SEGMENT, inputs, contract.RESULT_OUTPUTS)
+
+    import onnxruntime as ort
+
+    def run(name, feeds):
+        session = ort.InferenceSession(str(contract.graph_path(tiny_repository, name)))
+        names = [o.name for o in session.get_outputs()]
+        wanted = {i.name for i in session.get_inputs()}
+        return dict(zip(names, session.run(names, {k: feeds[k] for k in wanted}), strict=True))
+
+    feeds = dict(inputs)
+    feeds.update(run(contract.ENCODER, feeds))
+    feeds.update(run(contract.TEXT, feeds))
+    heads = run(contract.DECODER, feeds)
+    scores, boxes, payload = postprocess(
+        heads[contract.PRED_LOGITS],
+        heads[contract.PRED_BOXES],
+        heads[contract.PRED_MASKS],
+        heads[contract.PRESENCE_LOGIT],
+        int(manifest["image_size"]),
+        score_thr=0.0,
+    )
+    assert len(scores) > 0
+    np.testing.assert_allclose(served[contract.SCORES], scores, atol=1e-5)
+    np.testing.assert_allclose(served[contract.BOXES], boxes, atol=1e-3)
+    assert served[contract.MASKS_RLE].tobytes() == payload
+
+
+@pytest.mark.parametrize("model", [contract.SEGMENT, contract.CONCEPT, contract.SEGMENT_CONCEPT])
+def test_every_ensemble_equals_the_embedded_engine(model, triton_client, tiny_repository):
+    local = LocalEngine(tiny_repository)
+    manifest = contract.load_manifest(tiny_repository)
+    inputs = _segment_inputs(manifest, seed=3, boxes=[(20, 20, 80, 90), (5, 5, 30, 30)])
+    if model == contract.CONCEPT:
+        inputs.pop(contract.TOKEN_IDS)
+    if model == contract.SEGMENT_CONCEPT:
+        concept = local.infer(
+            contract.CONCEPT, {k: v for k, v in inputs.items() if k != contract.TOKEN_IDS}
+        )
+        for name in (contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.EXEMPLAR_VALID):
+            inputs.pop(name)
+        inputs.update(concept)
+    if model != contract.CONCEPT:
+        inputs[contract.SCORE_THR] = np.array([0.0], np.float32)
+    served = triton_client.engine.infer(model, inputs)
+    embedded = local.infer(model, inputs)
+    assert served.keys() == embedded.keys()
+    for name in served:
+        if served[name].dtype == np.uint8:
+            assert served[name].tobytes() == embedded[name].tobytes(), name
+        else:
+            np.testing.assert_allclose(served[name], embedded[name], atol=1e-5, err_msg=name)
+
+
+def test_optional_inputs_omitted_take_the_defaults(triton_client, tiny_repository):
+    from napari_sam3.triton_models import postprocess as post
+
+    manifest = contract.load_manifest(tiny_repository)
+    inputs = _segment_inputs(manifest, seed=5)
+    omitted = triton_client.engine.infer(contract.SEGMENT, inputs, contract.RESULT_OUTPUTS)
+    explicit = triton_client.engine.infer(
+        contract.SEGMENT,
+        {
+            **inputs,
+            contract.SCORE_THR: np.array([post.DEFAULT_SCORE_THR], np.float32),
+            contract.MASK_THR: np.array([post.DEFAULT_MASK_THR], np.float32),
+            contract.MAX_DET: np.array([post.DEFAULT_MAX_DET], np.int32),
+        },
+        contract.RESULT_OUTPUTS,
+    )
+    lowered = triton_client.engine.infer(
+        contract.SEGMENT, {**inputs, contract.SCORE_THR: np.array([0.0], np.float32)}
+    )
+    for name in contract.RESULT_OUTPUTS:
+        assert omitted[name].tobytes() == explicit[name].tobytes()
+    assert len(lowered[contract.SCORES]) == int(manifest["num_queries"])
+    assert np.all(omitted[contract.SCORES] >= post.DEFAULT_SCORE_THR)
+
+
+def test_bad_dtype_or_shape_is_an_error_and_the_server_keeps_serving(
+    triton_client, tiny_repository
+):
+    manifest = contract.load_manifest(tiny_repository)
+    inputs = _segment_inputs(manifest)
+    with pytest.raises(ValueError, match="images_u8|FP32|UINT8|dtype"):
+        triton_client.engine.infer(
+            contract.SEGMENT,
+            {**inputs, contract.IMAGES: inputs[contract.IMAGES].astype(np.float32)},
+        )
+    with pytest.raises(ValueError, match="shape|dims|token_ids"):
+        triton_client.engine.infer(
+            contract.SEGMENT, {**inputs, contract.TOKEN_IDS: tokenize(["a", "b"])}
+        )
+    with pytest.raises(ValueError, match="max_det"):
+        triton_client.engine.infer(
+            contract.SEGMENT, {**inputs, contract.MAX_DET: np.array([-1], np.int32)}
+        )
+    out = triton_client.engine.infer(contract.SEGMENT, inputs, contract.RESULT_OUTPUTS)
+    assert out[contract.SCORES].dtype == np.float32
+
+
+def _execution_count(client, model: str) -> int:
+    stats = client.engine.statistics(model)["model_stats"]
+    return sum(int(s.get("execution_count", 0)) for s in stats)
+
+
+def test_multi_runs_one_vision_pass_for_all_keywords(triton_client, s2_crop):
+    keywords = ["building", "road", "water", "field"]
+    encoder_before = _execution_count(triton_client, contract.ENCODER)
+    decoder_before = _execution_count(triton_client, contract.DECODER)
+    df = triton_client.multi(s2_crop, keywords, score_thr=0.0, dedup=None)
+    assert _execution_count(triton_client, contract.ENCODER) - encoder_before == 1
+    assert _execution_count(triton_client, contract.DECODER) - decoder_before == len(keywords)
+    assert set(df["keyword"]) == set(keywords)
+
+
+def test_client_over_grpc_equals_embedded(triton_client, local_client, s2_crop):
+    for options in (
+        {"prompt": "building", "score_thr": 0.0},
+        {"exemplar_boxes": [[30, 40, 120, 150]], "score_thr": 0.0},
+    ):
+        served, embedded = (
+            triton_client.segment(s2_crop, **options),
+            local_client.segment(s2_crop, **options),
+        )
+        assert len(served) == len(embedded) > 0
+        np.testing.assert_allclose(served["score"].values, embedded["score"].values, atol=1e-5)
+        for a, b in zip(served["mask"], embedded["mask"], strict=True):
+            assert np.array_equal(np.asarray(a), np.asarray(b))
+    served = triton_client.interactive(s2_crop).add_point((100, 80))
+    embedded = local_client.interactive(s2_crop).add_point((100, 80))
+    np.testing.assert_allclose(served["iou"].values, embedded["iou"].values, atol=1e-5)
+    assert np.array_equal(np.asarray(served["mask"][0]), np.asarray(embedded["mask"][0]))
+
+
+def test_interactive_features_stay_on_the_server(triton_client, s2_crop):
+    session = triton_client.interactive(s2_crop)
+    before = _execution_count(triton_client, contract.ENCODER)
+    session.add_point((50, 60))
+    session.add_point((150, 100), positive=False)
+    session.add_box([20, 20, 200, 180])
+    assert _execution_count(triton_client, contract.ENCODER) == before
+    with pytest.raises(ValueError, match="not .*cached|send images_u8"):
+        triton_client.engine.infer(
+            contract.INTERACTIVE,
+            {
+                **session._prompt_tensors(session.prompts),
+                contract.IMAGE_ID: np.array([b"unknown"], object),
+            },
+        )
+
+
+def test_unknown_server_fails_fast_with_advice():
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="sam3-serve|address"):
+        Sam3Client("127.0.0.1:1", connect_timeout=1.0)
+    assert time.monotonic() - start < 30
+    with pytest.raises(ValueError, match="host:8001"):
+        Sam3Client("no-port-here")
+
+
+def test_sam3_serve_command_starts_and_stops_cleanly(tiny_repository, tmp_path):
+    from napari_sam3.serve import SHM_PREFIX, free_port
+
+    # A copy of its own, so that its stub processes are told apart from the session server's.
+    repository = shutil.copytree(tiny_repository, tmp_path / "served_by_sam3_serve")
+
+    shm_before = {p for p in os.listdir("/dev/shm") if p.startswith(SHM_PREFIX)}
+    grpc = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "napari_sam3.serve",
+            str(tiny_repository),
+            "--grpc-port",
+            str(grpc),
+            "--http-port",
+            str(free_port()),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert "ready" in line and f":{grpc}" in line, line
+        client = Sam3Client(f"127.0.0.1:{grpc}", connect_timeout=10)
+        session = client.interactive(np.zeros((64, 64, 3), np.uint8))
+        session.add_point((10, 10))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+        with pytest.raises(ConnectionError, match="still running|unreachable|no ready"):
+            client.segment(np.zeros((64, 64, 3), np.uint8), "building")
+    finally:
+        if process.poll() is None:
+            process.kill()
+    time.sleep(0.5)
+    shm_after = {p for p in os.listdir("/dev/shm") if p.startswith(SHM_PREFIX)}
+    assert shm_after <= shm_before
+    stubs = subprocess.run(
+        ["pgrep", "-f", f"triton_python_backend_stub.*{repository.name}"],
+        capture_output=True,
+        text=True,
+    )
+    assert stubs.stdout.strip() == ""
