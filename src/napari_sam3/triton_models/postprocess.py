@@ -19,7 +19,6 @@ except ImportError:  # the copy beside the Triton model
 DEFAULT_SCORE_THR = 0.5
 DEFAULT_MASK_THR = 0.5
 DEFAULT_MAX_DET = 100
-UPSAMPLE_CHUNK = 16  # masks upsampled at once: bounds memory at full size (16 x 1008^2 floats)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -27,25 +26,56 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(np.float32(0), -x)).astype(np.float32)
 
 
-def bilinear_matrix(src: int, dst: int) -> np.ndarray:
-    """[dst, src] weights of 1-D bilinear resizing with half-pixel centres (align_corners=False)."""
-    scale = src / dst
-    centres = np.clip((np.arange(dst, dtype=np.float64) + 0.5) * scale - 0.5, 0, None)
+def axis_weights(src: int, dst: int, keep: int | None = None):
+    """Source indices (lo, hi) and weight of hi for 1-D bilinear resizing src -> dst with
+    half-pixel centres (torch's align_corners=False), for the first `keep` output positions."""
+    keep = dst if keep is None else keep
+    centres = np.clip((np.arange(keep, dtype=np.float64) + 0.5) * (src / dst) - 0.5, 0.0, None)
     lo = np.minimum(np.floor(centres).astype(np.int64), src - 1)
     hi = np.minimum(lo + 1, src - 1)
-    frac = centres - lo
-    weights = np.zeros((dst, src), dtype=np.float64)
-    rows = np.arange(dst)
-    np.add.at(weights, (rows, lo), 1 - frac)
-    np.add.at(weights, (rows, hi), frac)
-    return weights.astype(np.float32)
+    return lo, hi, (centres - lo).astype(np.float32)
 
 
-def upsample_logits(logits: np.ndarray, size: int) -> np.ndarray:
-    """[N, m, m] low-res logits -> [N, size, size], bilinear, separable."""
+def upsample_logits(
+    logits: np.ndarray, size: int, crop: tuple[int, int] | None = None
+) -> np.ndarray:
+    """[N, m, m] low-res logits -> [N, size, size] float32 (bilinear, align_corners=False),
+    or only its top-left `crop` = (rows, cols) region."""
+    logits = np.asarray(logits, dtype=np.float32)
+    if logits.ndim != 3:
+        raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
+    rows, cols = crop if crop is not None else (size, size)
+    _, h, w = logits.shape
+    lo, hi, f = axis_weights(h, size, rows)
+    tall = logits[:, lo, :] * (1.0 - f)[None, :, None] + logits[:, hi, :] * f[None, :, None]
+    lo, hi, f = axis_weights(w, size, cols)
+    return tall[:, :, lo] * (1.0 - f) + tall[:, :, hi] * f
+
+
+def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
+    """bool [N, size, size]: upsampled logits > cut, computed only where it can be true.
+
+    A bilinear value is a convex mix of its neighbouring low-res samples, so outside the
+    low-res pixels above `cut` (grown by one) it cannot exceed `cut`: exact, and far cheaper
+    than upsampling whole masks at full size.
+    """
+    logits = np.asarray(logits, dtype=np.float32)
     n, h, w = logits.shape
-    rows, cols = bilinear_matrix(h, size), bilinear_matrix(w, size)
-    return np.matmul(np.matmul(rows, logits.astype(np.float32)), cols.T)
+    out = np.zeros((n, size, size), dtype=bool)
+    row_lo, row_hi, row_f = axis_weights(h, size)
+    col_lo, col_hi, col_f = axis_weights(w, size)
+    above = logits > cut
+    for i in np.flatnonzero(above.reshape(n, -1).any(axis=1)):
+        rows = np.flatnonzero(above[i].any(axis=1))
+        cols = np.flatnonzero(above[i].any(axis=0))
+        r = np.flatnonzero((row_hi >= rows[0]) & (row_lo <= rows[-1]))
+        c = np.flatnonzero((col_hi >= cols[0]) & (col_lo <= cols[-1]))
+        f = row_f[r][:, None]
+        tall = logits[i, row_lo[r], :] * (1.0 - f) + logits[i, row_hi[r], :] * f
+        g = col_f[c]
+        values = tall[:, col_lo[c]] * (1.0 - g) + tall[:, col_hi[c]] * g
+        out[i, r[0] : r[-1] + 1, c[0] : c[-1] + 1] = values > cut
+    return out
 
 
 def _scalar(inputs: dict, name: str, default, kind):
@@ -84,10 +114,7 @@ def postprocess(
     low_res = np.asarray(pred_masks, dtype=np.float32).reshape(len(logits), *pred_masks.shape[-2:])
     # Compare logits with logit(mask_thr): same as sigmoid(upsampled) > mask_thr, without exp.
     cut = np.float32(np.log(mask_thr) - np.log1p(-mask_thr))
-    masks = np.zeros((len(order), image_size, image_size), dtype=bool)
-    for start in range(0, len(order), UPSAMPLE_CHUNK):
-        chunk = order[start : start + UPSAMPLE_CHUNK]
-        masks[start : start + len(chunk)] = upsample_logits(low_res[chunk], image_size) > cut
+    masks = upsample_threshold(low_res[order], image_size, cut)
     return scores[order].astype(np.float32), boxes.astype(np.float32), encode_masks(masks)
 
 
