@@ -20,6 +20,7 @@ from . import contract
 from .concept import Concept
 from .engines.local import LocalEngine
 from .letterbox import Letterbox
+from .masks.rle import decode_masks
 from .raster import Raster, read_raster
 from .results import detections_frame, empty_result
 from .stretch import to_model_rgb
@@ -136,7 +137,11 @@ class Sam3Client:
             _check_unit("mask_thr", mask_thr, closed=False)
             options[contract.MASK_THR] = np.array([mask_thr], np.float32)
         if max_det is not None:
-            if isinstance(max_det, bool) or not isinstance(max_det, int | np.integer) or max_det < 1:
+            if (
+                isinstance(max_det, bool)
+                or not isinstance(max_det, int | np.integer)
+                or max_det < 1
+            ):
                 raise ValueError(f"max_det must be a positive integer, got {max_det!r}")
             options[contract.MAX_DET] = np.array([max_det], np.int32)
         return options
@@ -163,7 +168,9 @@ class Sam3Client:
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
         if prompt is not None and not prompt.strip():
-            raise ValueError("prompt is empty: give a word such as 'building', or use exemplar boxes")
+            raise ValueError(
+                "prompt is empty: give a word such as 'building', or use exemplar boxes"
+            )
         if prompt is None and exemplar_boxes is None and concept is None:
             raise ValueError("nothing to look for: give a text prompt, exemplar boxes or a concept")
         if concept is not None and exemplar_boxes is not None:
@@ -183,9 +190,7 @@ class Sam3Client:
             inputs.update(concept.tensors())
             model, kind = contract.SEGMENT_CONCEPT, "concept"
         else:
-            inputs.update(
-                self._exemplar_slots(prepared.letterbox, exemplar_boxes, exemplar_labels)
-            )
+            inputs.update(self._exemplar_slots(prepared.letterbox, exemplar_boxes, exemplar_labels))
             model = contract.SEGMENT
             kind = "text" if exemplar_boxes is None else "exemplar"
             if prompt is not None and exemplar_boxes is not None:
@@ -232,14 +237,14 @@ class Sam3Client:
         counts = np.asarray(out[contract.KEYWORD_COUNTS]).reshape(-1)
         frames = []
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        payloads = _split_payloads(out[contract.MASKS_RLE], counts)
+        masks = decode_masks(np.asarray(out[contract.MASKS_RLE], np.uint8).tobytes())
         for i, keyword in enumerate(keywords):
             lo, hi = offsets[i], offsets[i + 1]
             frames.append(
                 detections_frame(
                     out[contract.SCORES][lo:hi],
                     out[contract.BOXES][lo:hi],
-                    payloads[i],
+                    masks.take(np.arange(lo, hi)),
                     prepared.letterbox,
                     dedup,
                     keyword,
@@ -272,7 +277,9 @@ class Sam3Client:
             model_id=self.model_id,
             name=name,
             boxes=_as_boxes(boxes),
-            labels=np.ones(len(_as_boxes(boxes)), np.int64) if labels is None else np.asarray(labels),
+            labels=np.ones(len(_as_boxes(boxes)), np.int64)
+            if labels is None
+            else np.asarray(labels),
         )
 
     # -- interactive -------------------------------------------------------------------------
@@ -312,9 +319,3 @@ def _check_dedup(dedup) -> None:
         _check_unit("dedup", dedup, closed=True)
         if dedup == 0:
             raise ValueError("dedup must be > 0 (or None to keep every mask)")
-
-
-def _split_payloads(payload, counts) -> list[bytes]:
-    from .masks.rle import split_payload
-
-    return split_payload(bytes(np.asarray(payload, dtype=np.uint8).tobytes()), list(counts))

@@ -7,7 +7,7 @@ import pandas as pd
 
 from .letterbox import Letterbox
 from .masks.dedup import dedup_masks
-from .masks.rle import decode_masks
+from .masks.rle import RleMasks, decode_masks
 
 RESULT_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind"]
 
@@ -47,14 +47,15 @@ def empty_result(extra: dict | None = None) -> pd.DataFrame:
 def detections_frame(
     scores: np.ndarray,
     boxes: np.ndarray,
-    payload: np.ndarray | bytes,
+    masks: RleMasks | np.ndarray | bytes,
     letterbox: Letterbox,
     dedup: float | None,
     keyword: str,
     prompt_kind: str,
 ) -> pd.DataFrame:
-    """Decode the RLE payload, deduplicate, map boxes back; best score first."""
-    masks = decode_masks(bytes(np.asarray(payload, dtype=np.uint8).tobytes()))
+    """Decode the RLE payload (unless decoded already), deduplicate, map boxes back; best first."""
+    if not isinstance(masks, RleMasks):
+        masks = decode_masks(np.asarray(masks, dtype=np.uint8).tobytes())
     scores = np.asarray(scores, dtype=np.float32).reshape(-1)
     boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
     if len(masks) != len(scores) or len(boxes) != len(scores):
