@@ -1,0 +1,131 @@
+"""Every notebook in notebooks/ runs top to bottom on the tiny random-weight model.
+
+Each notebook runs in a fresh `python3` kernel of this environment (nbclient), with notebooks/ as
+its working directory (as Jupyter does), so that `import _setup` finds the shared helper. The
+kernel gets this process's environment explicitly, so it inherits pytest-xvfb's virtual display,
+plus:
+
+- `NAPARI_SAM3_MODELS`: the tiny repository (`--flavor python --device cpu`, which the embedded
+  engine and the CPU Triton server both run): `$SAM3_TINY_REPOSITORY` if set, else the suite's
+  session-wide `tiny_repository` export;
+- `NAPARI_SAM3_NOTEBOOK_OUT`: a temporary folder for the files the notebooks write;
+- `NAPARI_APPLICATION_IPY_INTERACTIVE=false`: without it, a kernel that creates a napari viewer
+  hung intermittently (docs: field notes).
+
+The committed notebooks must carry no outputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+CELL_TIMEOUT = 600  # seconds for one cell (the first export of a model takes a few minutes)
+NOTEBOOK_TIMEOUT = 1200  # seconds for a whole notebook, kernel start included
+
+
+def _read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def _uses(path: Path, module: str) -> bool:
+    """Whether a code cell imports `module` (or from it): `napari` does not match `napari_sam3`."""
+    pattern = re.compile(rf"^\s*(?:from|import)\s+{re.escape(module)}\b", re.MULTILINE)
+    return any(
+        cell.cell_type == "code" and pattern.search(cell.source) for cell in _read(path).cells
+    )
+
+
+def _params():
+    params = []
+    for path in NOTEBOOKS:
+        marks = [pytest.mark.napari] if _uses(path, "napari") else []
+        params.append(pytest.param(path, id=path.stem, marks=marks))
+    return params
+
+
+@pytest.fixture(scope="session")
+def notebook_models(request) -> Path:
+    given = os.environ.get("SAM3_TINY_REPOSITORY")
+    if given:
+        return Path(given)
+    return Path(request.getfixturevalue("tiny_repository"))
+
+
+def _kernel_env(models: Path, out: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["NAPARI_SAM3_MODELS"] = str(models)
+    env["NAPARI_SAM3_NOTEBOOK_OUT"] = str(out)
+    env["NAPARI_APPLICATION_IPY_INTERACTIVE"] = "false"
+    if env.get("DISPLAY") and env.get("QT_QPA_PLATFORM") == "offscreen":
+        # napari cannot add image layers on the offscreen platform (no OpenGL); use the display.
+        del env["QT_QPA_PLATFORM"]
+    return env
+
+
+def test_notebooks_are_found():
+    names = {path.stem for path in NOTEBOOKS}
+    for expected in ("01_quickstart", "02_exemplars_and_concepts", "03_interactive"):
+        assert expected in names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_committed_clean(path: Path):
+    """No outputs or execution counts in the repository, and the random-weight warning is there."""
+    nb = _read(path)
+    nbformat.validate(nb)
+    dirty = [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code" and (cell.get("outputs") or cell.get("execution_count"))
+    ]
+    assert not dirty, f"{path.name}: clear the outputs of cells {dirty} before committing"
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown").lower()
+    assert "random weights" in markdown and "napari_sam3_models" in markdown, (
+        f"{path.name} must say plainly that random weights give meaningless masks and how to use "
+        "a real checkpoint"
+    )
+
+
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT)
+@pytest.mark.parametrize("path", _params())
+def test_notebook_runs(path: Path, notebook_models: Path, tmp_path: Path):
+    if _uses(path, "napari") and not os.environ.get("DISPLAY"):
+        pytest.skip("needs a display for napari (pytest-xvfb provides one)")
+    if _uses(path, "napari_sam3.serve") and not (
+        shutil.which("tritonserver") or importlib.util.find_spec("pytriton")
+    ):
+        pytest.skip("needs tritonserver (on PATH, or the CPU build in nvidia-pytriton)")
+    nb = _read(path)
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=CELL_TIMEOUT,
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+    )
+    started = time.monotonic()
+    try:
+        client.execute(env=_kernel_env(notebook_models, tmp_path / "out"))
+    finally:
+        # The executed copy (outputs and all) for a look after a failure; never the committed file.
+        nbformat.write(nb, tmp_path / path.name)
+    print(f"{path.name}: {time.monotonic() - started:.1f} s")
+    errors = [
+        out
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "error"
+    ]
+    assert not errors
