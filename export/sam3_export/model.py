@@ -1,0 +1,658 @@
+"""Build the official SAM3 image model (grounding + interactive head), full size or tiny.
+
+The official builder (`sam3.model_builder.build_sam3_image_model`) has no size arguments and
+allocates on CUDA in two constructors, so this module constructs the same classes with the same
+hyper-parameters from a `Sam3Dims` record; `TINY` only shrinks the dimensions. Weights are either
+random (seeded, every parameter touched so that no path is trivially zero) or loaded from an
+official checkpoint (`detector.` -> image model, `tracker.` -> interactive head) with strict
+key checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+from sam3.model.decoder import (
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerDecoderLayerv2,
+    TransformerEncoderCrossAttention,
+)
+from sam3.model.encoder import TransformerEncoderFusion, TransformerEncoderLayer
+from sam3.model.geometry_encoders import SequenceGeometryEncoder
+from sam3.model.maskformer_segmentation import PixelDecoder, UniversalSegmentationHead
+from sam3.model.memory import CXBlock, SimpleFuser, SimpleMaskDownSampler, SimpleMaskEncoder
+from sam3.model.model_misc import MLP, DotProductScoring, TransformerWrapper
+from sam3.model.model_misc import MultiheadAttentionWrapper as MultiheadAttention
+from sam3.model.necks import Sam3DualViTDetNeck
+from sam3.model.position_encoding import PositionEmbeddingSine
+from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
+from sam3.model.sam3_image import Sam3Image
+from sam3.model.sam3_tracking_predictor import Sam3TrackerPredictor
+from sam3.model.text_encoder_ve import VETextEncoder
+from sam3.model.tokenizer_ve import SimpleTokenizer
+from sam3.model.vitdet import ViT
+from sam3.model.vl_combiner import SAM3VLBackbone
+from sam3.sam.transformer import RoPEAttention
+
+from napari_sam3 import contract
+
+log = logging.getLogger(__name__)
+
+DETECTOR_PREFIX = "detector."
+TRACKER_PREFIX = "tracker."
+# Where the interactive head lives inside Sam3Image (the official loader maps `tracker.` here).
+INTERACTIVE_ATTR = "inst_interactive_predictor.model."
+# Buffers that are pure functions of the configuration; a checkpoint may omit them.
+DERIVED_BUFFER_SUFFIXES = ("freqs_cis", "relative_coords")
+
+
+@dataclass(frozen=True)
+class Sam3Dims:
+    """Every size the SAM3 image model is built from (full = the official builder's values)."""
+
+    name: str
+    image_size: int
+    patch_size: int
+    vit_dim: int
+    vit_depth: int
+    vit_heads: int
+    vit_mlp_ratio: float
+    vit_window: int
+    vit_global_blocks: tuple[int, ...]
+    vit_pretrain_size: int
+    d_model: int
+    heads: int
+    ffn_dim: int
+    encoder_layers: int
+    decoder_layers: int
+    geometry_layers: int
+    num_queries: int
+    scoring_hidden: int
+    text_width: int
+    text_heads: int
+    text_layers: int
+    text_tokens: int
+    vocab_size: int
+    tracker_mem_dim: int
+    tracker_layers: int
+    tracker_ffn_dim: int
+
+    @property
+    def feature_size(self) -> int:
+        """Side of the ViT token grid (and of the coarsest neck level)."""
+        return self.image_size // self.patch_size
+
+    @property
+    def mask_size(self) -> int:
+        """Side of the low-resolution mask logits (the finest neck level)."""
+        return 4 * self.feature_size
+
+    @property
+    def fpn_sizes(self) -> tuple[int, int, int]:
+        f = self.feature_size
+        return (4 * f, 2 * f, f)
+
+
+FULL = Sam3Dims(
+    name="full",
+    image_size=1008,
+    patch_size=14,
+    vit_dim=1024,
+    vit_depth=32,
+    vit_heads=16,
+    vit_mlp_ratio=4.625,
+    vit_window=24,
+    vit_global_blocks=(7, 15, 23, 31),
+    vit_pretrain_size=336,
+    d_model=256,
+    heads=8,
+    ffn_dim=2048,
+    encoder_layers=6,
+    decoder_layers=6,
+    geometry_layers=3,
+    num_queries=200,
+    scoring_hidden=2048,
+    text_width=1024,
+    text_heads=16,
+    text_layers=24,
+    text_tokens=contract.TEXT_TOKENS,
+    vocab_size=49408,
+    tracker_mem_dim=64,
+    tracker_layers=4,
+    tracker_ffn_dim=2048,
+)
+
+# Same classes and code paths, small numbers: image 112 px -> 8x8 tokens, neck levels 32/16/8.
+TINY = Sam3Dims(
+    name="tiny",
+    image_size=112,
+    patch_size=14,
+    vit_dim=64,
+    vit_depth=2,
+    vit_heads=4,
+    vit_mlp_ratio=4.625,
+    vit_window=4,
+    vit_global_blocks=(1,),
+    vit_pretrain_size=56,
+    d_model=32,
+    heads=4,
+    ffn_dim=64,
+    encoder_layers=2,
+    decoder_layers=2,
+    geometry_layers=2,
+    num_queries=16,
+    scoring_hidden=64,
+    text_width=64,
+    text_heads=4,
+    text_layers=2,
+    text_tokens=contract.TEXT_TOKENS,
+    vocab_size=49408,
+    tracker_mem_dim=16,
+    tracker_layers=1,
+    tracker_ffn_dim=64,
+)
+
+SIZES: dict[str, Sam3Dims] = {"full": FULL, "tiny": TINY}
+
+
+class CheckpointError(ValueError):
+    """The given checkpoint cannot be used (missing, not a checkpoint, or keys missing)."""
+
+
+@dataclass
+class Sam3Build:
+    """A built model and where its weights came from."""
+
+    model: Sam3Image
+    dims: Sam3Dims
+    random_weights: bool
+    seed: int | None
+    checkpoint_name: str | None = None
+
+    @property
+    def interactive(self) -> SAM3InteractiveImagePredictor:
+        """The interactive (PVS) head: `.model` is the official `Sam3TrackerPredictor`."""
+        return self.model.inst_interactive_predictor
+
+
+def bpe_path() -> str:
+    """The CLIP BPE vocabulary shipped with napari-sam3 (the sam3 wheel does not ship it)."""
+    return str(resources.files("napari_sam3") / "data" / "bpe_simple_vocab_16e6.txt.gz")
+
+
+def _attention(d: Sam3Dims, batch_first: bool | None = None, dropout: float = 0.1):
+    kwargs = {} if batch_first is None else {"batch_first": batch_first}
+    return MultiheadAttention(num_heads=d.heads, dropout=dropout, embed_dim=d.d_model, **kwargs)
+
+
+def _vision(d: Sam3Dims) -> Sam3DualViTDetNeck:
+    vit = ViT(
+        img_size=d.image_size,
+        pretrain_img_size=d.vit_pretrain_size,
+        patch_size=d.patch_size,
+        embed_dim=d.vit_dim,
+        depth=d.vit_depth,
+        num_heads=d.vit_heads,
+        mlp_ratio=d.vit_mlp_ratio,
+        norm_layer="LayerNorm",
+        drop_path_rate=0.1,
+        qkv_bias=True,
+        use_abs_pos=True,
+        tile_abs_pos=True,
+        global_att_blocks=d.vit_global_blocks,
+        rel_pos_blocks=(),
+        use_rope=True,
+        use_interp_rope=True,
+        window_size=d.vit_window,
+        pretrain_use_cls_token=True,
+        retain_cls_token=False,
+        ln_pre=True,
+        ln_post=False,
+        return_interm_layers=False,
+        bias_patch_embed=False,
+    )
+    # The official builder precomputes this cache on CUDA (at sizes the model never uses);
+    # it is warmed on CPU at the real neck sizes in `_warm_caches`.
+    pos = PositionEmbeddingSine(num_pos_feats=d.d_model, normalize=True, temperature=10000)
+    return Sam3DualViTDetNeck(
+        trunk=vit,
+        position_encoding=pos,
+        d_model=d.d_model,
+        scale_factors=[4.0, 2.0, 1.0, 0.5],
+        add_sam2_neck=True,
+    )
+
+
+def _text(d: Sam3Dims) -> VETextEncoder:
+    return VETextEncoder(
+        tokenizer=SimpleTokenizer(bpe_path=bpe_path()),
+        d_model=d.d_model,
+        width=d.text_width,
+        heads=d.text_heads,
+        layers=d.text_layers,
+        context_length=d.text_tokens,
+        vocab_size=d.vocab_size,
+    )
+
+
+def _transformer(d: Sam3Dims) -> TransformerWrapper:
+    encoder_layer = TransformerEncoderLayer(
+        activation="relu",
+        d_model=d.d_model,
+        dim_feedforward=d.ffn_dim,
+        dropout=0.1,
+        pos_enc_at_attn=True,
+        pos_enc_at_cross_attn_keys=False,
+        pos_enc_at_cross_attn_queries=False,
+        pre_norm=True,
+        self_attention=_attention(d, batch_first=True),
+        cross_attention=_attention(d, batch_first=True),
+    )
+    encoder = TransformerEncoderFusion(
+        layer=encoder_layer,
+        num_layers=d.encoder_layers,
+        d_model=d.d_model,
+        num_feature_levels=1,
+        frozen=False,
+        use_act_checkpoint=True,
+        add_pooled_text_to_img_feat=False,
+        pool_text_with_mask=True,
+    )
+    decoder_layer = TransformerDecoderLayer(
+        activation="relu",
+        d_model=d.d_model,
+        dim_feedforward=d.ffn_dim,
+        dropout=0.1,
+        cross_attention=_attention(d),
+        n_heads=d.heads,
+        use_text_cross_attention=True,
+    )
+    # resolution/stride are left unset: with them the constructor allocates its coordinate
+    # cache on CUDA. The same cache is filled on CPU in `_warm_caches`.
+    decoder = TransformerDecoder(
+        layer=decoder_layer,
+        num_layers=d.decoder_layers,
+        num_queries=d.num_queries,
+        return_intermediate=True,
+        box_refine=True,
+        num_o2m_queries=0,
+        dac=True,
+        boxRPB="log",
+        d_model=d.d_model,
+        frozen=False,
+        interaction_layer=None,
+        dac_use_selfatt_ln=True,
+        use_act_checkpoint=True,
+        presence_token=True,
+    )
+    return TransformerWrapper(encoder=encoder, decoder=decoder, d_model=d.d_model)
+
+
+def _scoring(d: Sam3Dims) -> DotProductScoring:
+    prompt_mlp = MLP(
+        input_dim=d.d_model,
+        hidden_dim=d.scoring_hidden,
+        output_dim=d.d_model,
+        num_layers=2,
+        dropout=0.1,
+        residual=True,
+        out_norm=torch.nn.LayerNorm(d.d_model),
+    )
+    return DotProductScoring(d_model=d.d_model, d_proj=d.d_model, prompt_mlp=prompt_mlp)
+
+
+def _segmentation(d: Sam3Dims) -> UniversalSegmentationHead:
+    return UniversalSegmentationHead(
+        hidden_dim=d.d_model,
+        upsampling_stages=3,
+        aux_masks=False,
+        presence_head=False,
+        dot_product_scorer=None,
+        act_ckpt=True,
+        cross_attend_prompt=_attention(d, dropout=0.0),
+        pixel_decoder=PixelDecoder(
+            num_upsampling_stages=3, interpolation_mode="nearest", hidden_dim=d.d_model
+        ),
+    )
+
+
+def _geometry(d: Sam3Dims) -> SequenceGeometryEncoder:
+    layer = TransformerEncoderLayer(
+        activation="relu",
+        d_model=d.d_model,
+        dim_feedforward=d.ffn_dim,
+        dropout=0.1,
+        pos_enc_at_attn=False,
+        pre_norm=True,
+        self_attention=_attention(d, batch_first=False),
+        pos_enc_at_cross_attn_queries=False,
+        pos_enc_at_cross_attn_keys=True,
+        cross_attention=_attention(d, batch_first=False),
+    )
+    return SequenceGeometryEncoder(
+        pos_enc=PositionEmbeddingSine(num_pos_feats=d.d_model, normalize=True, temperature=10000),
+        encode_boxes_as_points=False,
+        points_direct_project=True,
+        points_pool=True,
+        points_pos_enc=True,
+        boxes_direct_project=True,
+        boxes_pool=True,
+        boxes_pos_enc=True,
+        d_model=d.d_model,
+        num_layers=d.geometry_layers,
+        layer=layer,
+        use_act_ckpt=True,
+        add_cls=True,
+        add_post_encode_proj=True,
+    )
+
+
+def _interactive(d: Sam3Dims) -> SAM3InteractiveImagePredictor:
+    f = d.feature_size
+    mem_pos = PositionEmbeddingSine(
+        num_pos_feats=d.tracker_mem_dim, normalize=True, temperature=10000
+    )
+    maskmem = SimpleMaskEncoder(
+        out_dim=d.tracker_mem_dim,
+        position_encoding=mem_pos,
+        mask_downsampler=SimpleMaskDownSampler(
+            embed_dim=d.d_model,
+            kernel_size=3,
+            stride=2,
+            padding=1,
+            interpol_size=[16 * f, 16 * f],
+        ),
+        fuser=SimpleFuser(
+            layer=CXBlock(
+                dim=d.d_model,
+                kernel_size=7,
+                padding=3,
+                layer_scale_init_value=1.0e-06,
+                use_dwconv=True,
+            ),
+            num_layers=2,
+        ),
+        in_dim=d.d_model,
+    )
+    rope = {"num_heads": 1, "downsample_rate": 1, "dropout": 0.1, "rope_theta": 10000.0}
+    layer = TransformerDecoderLayerv2(
+        cross_attention_first=False,
+        activation="relu",
+        dim_feedforward=d.tracker_ffn_dim,
+        dropout=0.1,
+        pos_enc_at_attn=False,
+        pre_norm=True,
+        self_attention=RoPEAttention(
+            embedding_dim=d.d_model, feat_sizes=[f, f], use_fa3=False, use_rope_real=False, **rope
+        ),
+        d_model=d.d_model,
+        pos_enc_at_cross_attn_keys=True,
+        pos_enc_at_cross_attn_queries=False,
+        cross_attention=RoPEAttention(
+            embedding_dim=d.d_model,
+            kv_in_dim=d.tracker_mem_dim,
+            feat_sizes=[f, f],
+            rope_k_repeat=True,
+            use_fa3=False,
+            use_rope_real=False,
+            **rope,
+        ),
+    )
+    encoder = TransformerEncoderCrossAttention(
+        remove_cross_attention_layers=[],
+        batch_first=True,
+        d_model=d.d_model,
+        frozen=False,
+        pos_enc_at_input=True,
+        layer=layer,
+        num_layers=d.tracker_layers,
+        use_act_checkpoint=False,
+    )
+    tracker = Sam3TrackerPredictor(
+        image_size=d.image_size,
+        num_maskmem=7,
+        backbone=None,
+        backbone_stride=d.patch_size,
+        transformer=TransformerWrapper(encoder=encoder, decoder=None, d_model=d.d_model),
+        maskmem_backbone=maskmem,
+        multimask_output_in_sam=True,
+        forward_backbone_per_frame_for_eval=True,
+        trim_past_non_cond_mem_for_eval=False,
+        multimask_output_for_tracking=True,
+        multimask_min_pt_num=0,
+        multimask_max_pt_num=1,
+        always_start_from_first_ann_frame=False,
+        non_overlap_masks_for_mem_enc=False,
+        non_overlap_masks_for_output=False,
+        max_cond_frames_in_attn=4,
+        offload_output_to_cpu_for_eval=False,
+        sam_mask_decoder_extra_args={
+            "dynamic_multimask_via_stability": True,
+            "dynamic_multimask_stability_delta": 0.05,
+            "dynamic_multimask_stability_thresh": 0.98,
+        },
+        clear_non_cond_mem_around_input=True,
+        fill_hole_area=0,
+        use_memory_selection=False,
+    )
+    predictor = SAM3InteractiveImagePredictor(tracker)
+    # The predictor hard-codes the full-size feature sizes (288/144/72).
+    predictor._bb_feat_sizes = [(s, s) for s in d.fpn_sizes]
+    return predictor
+
+
+def _warm_caches(model: Sam3Image, d: Sam3Dims) -> None:
+    """Fill, on CPU, the caches the official constructors would fill on CUDA.
+
+    Both are read (never written) while a graph is traced, so tracing leaves no fake tensors
+    behind in the module.
+    """
+    neck = model.backbone.vision_backbone
+    for size in d.fpn_sizes + (d.feature_size // 2,):
+        neck.position_encoding(torch.zeros(1, 1, size, size))
+    decoder = model.transformer.decoder
+    f = d.feature_size
+    decoder.compilable_cord_cache = decoder._get_coords(f, f, device="cpu")
+    decoder.compilable_stored_size = (f, f)
+
+
+def _check_dims(d: Sam3Dims) -> None:
+    if d.image_size % d.patch_size:
+        raise ValueError(f"image_size {d.image_size} is not a multiple of {d.patch_size}")
+    if (d.vit_dim // d.vit_heads) % 4:
+        raise ValueError("ViT head dim must be divisible by 4 (axial RoPE)")
+    if d.d_model % 8 or d.d_model % d.heads:
+        raise ValueError("d_model must be divisible by 8 (GroupNorm) and by heads")
+
+
+def randomize_(model: torch.nn.Module, seed: int) -> None:
+    """Overwrite every parameter with seeded random values of a sensible scale.
+
+    The constructors leave some parameters zero (box-refinement heads) or uninitialised
+    (`torch.empty` in the text encoder); parity tests must exercise every path.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if p.ndim >= 2:
+                fan_in = max(1, math.prod(p.shape[1:]))
+                p.copy_(noise / math.sqrt(fan_in))
+            elif name.endswith("weight") or name.endswith("gamma"):
+                p.copy_(1.0 + 0.1 * noise)
+            else:
+                p.copy_(0.02 * noise)
+
+
+def _build_model(d: Sam3Dims) -> Sam3Image:
+    _check_dims(d)
+    backbone = SAM3VLBackbone(visual=_vision(d), text=_text(d), scalp=1)
+    model = Sam3Image(
+        backbone=backbone,
+        transformer=_transformer(d),
+        input_geometry_encoder=_geometry(d),
+        segmentation_head=_segmentation(d),
+        num_feature_levels=1,
+        o2m_mask_predict=True,
+        dot_prod_scoring=_scoring(d),
+        use_instance_query=False,
+        multimask_output=True,
+        inst_interactive_predictor=_interactive(d),
+        matcher=None,
+    )
+    return model
+
+
+def split_state_dict(model: Sam3Image) -> dict[str, torch.Tensor]:
+    """The model's weights in the official checkpoint layout (`detector.*`, `tracker.*`)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in model.state_dict().items():
+        if key.startswith(INTERACTIVE_ATTR):
+            out[TRACKER_PREFIX + key[len(INTERACTIVE_ATTR) :]] = value
+        elif key.startswith("inst_interactive_predictor."):
+            continue  # the predictor wrapper itself holds no weights of its own
+        else:
+            out[DETECTOR_PREFIX + key] = value
+    return out
+
+
+def save_checkpoint(model: Sam3Image, path: str | os.PathLike) -> None:
+    """Write the weights in the official `sam3.pt` format (keys `detector.*` / `tracker.*`)."""
+    torch.save({"model": split_state_dict(model)}, path)
+
+
+def _read_checkpoint(path: Path) -> Mapping[str, torch.Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        try:  # memory-mapped: a full checkpoint is not held twice while loading
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)  # legacy format
+    except Exception as exc:  # torch raises many kinds for a file that is no checkpoint
+        raise CheckpointError(f"{path} is not a readable torch checkpoint: {exc}") from exc
+    if isinstance(ckpt, Mapping) and isinstance(ckpt.get("model"), Mapping):
+        ckpt = ckpt["model"]
+    if not isinstance(ckpt, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in ckpt.items()
+    ):
+        raise CheckpointError(f"{path} is not a state dict of tensors")
+    return ckpt
+
+
+def load_checkpoint_(model: Sam3Image, path: str | os.PathLike) -> None:
+    """Load an official checkpoint; raise `CheckpointError` listing every missing key."""
+    path = Path(path)
+    ckpt = _read_checkpoint(path)
+    if not any(k.startswith(DETECTOR_PREFIX) for k in ckpt):
+        raise CheckpointError(
+            f"{path} has no '{DETECTOR_PREFIX}*' keys: not a SAM3 checkpoint "
+            f"(first keys: {sorted(ckpt)[:5]})"
+        )
+    mapped: dict[str, torch.Tensor] = {}
+    ignored: list[str] = []
+    for key, value in ckpt.items():
+        if key.startswith(DETECTOR_PREFIX):
+            mapped[key[len(DETECTOR_PREFIX) :]] = value
+        elif key.startswith(TRACKER_PREFIX):
+            mapped[INTERACTIVE_ATTR + key[len(TRACKER_PREFIX) :]] = value
+        else:
+            ignored.append(key)
+    expected = model.state_dict()
+    missing = sorted(
+        k for k in expected if k not in mapped and not k.endswith(DERIVED_BUFFER_SUFFIXES)
+    )
+    if missing:
+        shown = "\n  ".join(missing[:50])
+        more = f"\n  ... and {len(missing) - 50} more" if len(missing) > 50 else ""
+        raise CheckpointError(
+            f"{path} lacks {len(missing)} of the model's {len(expected)} weights "
+            f"(a checkpoint of another model, or of another --size?):\n  {shown}{more}"
+        )
+    wrong = [
+        f"{k}: checkpoint {tuple(mapped[k].shape)} vs model {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in mapped and mapped[k].shape != v.shape
+    ]
+    if wrong:
+        raise CheckpointError(f"{path} has weights of the wrong shape:\n  " + "\n  ".join(wrong))
+    unexpected = sorted(k for k in mapped if k not in expected) + ignored
+    if unexpected:
+        log.warning(
+            "ignoring %d checkpoint keys the image model does not use: %s%s",
+            len(unexpected),
+            unexpected[:10],
+            " ..." if len(unexpected) > 10 else "",
+        )
+    usable = {k: v for k, v in mapped.items() if k in expected}
+    model.load_state_dict(usable, strict=False)
+
+
+def build_sam3(
+    size: str = "tiny",
+    seed: int | None = 0,
+    checkpoint: str | os.PathLike | None = None,
+) -> Sam3Build:
+    """Build the SAM3 image model (with its interactive head) on CPU, in eval mode.
+
+    With `checkpoint`, its weights are loaded (strictly: missing keys are an error, never a
+    silent fall back to random weights) and `seed` is ignored; without, the weights are random
+    from `seed`.
+    """
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}, not {size!r}")
+    dims = SIZES[size]
+    if checkpoint is None and seed is None:
+        raise ValueError("random weights need a seed")
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise CheckpointError(f"checkpoint not found: {checkpoint}")
+    # Some constructors draw from the global RNG (e.g. a random-Fourier buffer of the prompt
+    # encoder): seed it, without disturbing the caller's RNG state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0 if seed is None else seed)
+        model = _build_model(dims)
+    if checkpoint is None:
+        randomize_(model, seed)
+    else:
+        load_checkpoint_(model, checkpoint)
+    model.eval()
+    _warm_caches(model, dims)
+    return Sam3Build(
+        model=model,
+        dims=dims,
+        random_weights=checkpoint is None,
+        seed=seed if checkpoint is None else None,
+        checkpoint_name=None if checkpoint is None else Path(checkpoint).name,
+    )
+
+
+def model_id(model: torch.nn.Module) -> str:
+    """sha256 over every weight (name, dtype, shape, bytes), in name order."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().contiguous().cpu()
+        h.update(name.encode())
+        h.update(str(t.dtype).encode())
+        h.update(str(tuple(t.shape)).encode())
+        if t.is_complex():
+            t = torch.view_as_real(t)
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def dims_dict(dims: Sam3Dims) -> dict:
+    """The dims as plain JSON-able values."""
+    out = asdict(dims)
+    out["vit_global_blocks"] = list(dims.vit_global_blocks)
+    return out

@@ -1,0 +1,417 @@
+"""The model repository's interface: the one source of truth for names, dtypes and shapes.
+
+`sam3-export` writes graphs and a manifest that follow this module; the client, the embedded
+engine and the Triton config writer read it. Pure Python (no numpy): every shape is a function
+of the sizes recorded in the repository's manifest (`sam3_manifest.json`).
+
+Conventions (docs/model_repository.md has the full description):
+
+- `images_u8` is uint8 [1,3,S,S], letterboxed RGB; normalisation happens inside the encoder.
+- Exemplar boxes are [x1, y1, x2, y2] in model-input pixels (0..S), in K fixed slots with labels
+  (1 positive, 0 negative) and a validity mask. No valid slot = a text-only prompt.
+- Decoder boxes (`pred_boxes`) are [x1, y1, x2, y2] normalised to [0, 1] of the model input;
+  multiply by S for model-input pixels. Scores are sigmoid(pred_logits) * sigmoid(presence_logit).
+- Padding masks are True where a token is padding (ignored), as in PyTorch attention.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST_FILE = "sam3_manifest.json"
+MANIFEST_VERSION = 1
+# Triton config parameter that carries the manifest (JSON) on the ensembles.
+MANIFEST_PARAMETER = "sam3_manifest"
+
+PATCH_SIZE = 14
+TEXT_TOKENS = 32
+EXEMPLAR_SLOTS = 8
+# Concept tokens: one per exemplar slot plus the geometry encoder's CLS token.
+CONCEPT_TOKENS = EXEMPLAR_SLOTS + 1
+MAX_KEYWORDS = 8
+# The official "no text" query: exemplar-only prompts run with this text (as SAM3's processor).
+VISUAL_PROMPT = "visual"
+SOT_TOKEN, EOT_TOKEN, PAD_TOKEN = 49406, 49407, 0
+
+# -- model names: ONNX graphs (`<name>/1/model.onnx`) --------------------------------------
+ENCODER = "sam3_unified_encoder"
+TEXT = "sam3_text"
+DECODER = "sam3_decoder"
+CONCEPT_ENCODER = "sam3_concept_encoder"
+DECODER_CT = "sam3_decoder_ct"
+PVS_DECODER = "sam3_pvs_decoder"
+PVS_GRID_DECODER = "sam3_pvs_decoder_grid"
+GROUNDING_GRAPHS = (ENCODER, TEXT, DECODER, CONCEPT_ENCODER, DECODER_CT)
+PVS_GRAPHS = (PVS_DECODER, PVS_GRID_DECODER)
+
+# -- model names: postprocess and ensembles (written by sam3_export.triton_repo) ------------
+POSTPROCESS = "sam3_postprocess"
+SEGMENT = "sam3_segment"
+SEGMENT_CONCEPT = "sam3_segment_concept"
+CONCEPT = "sam3_concept"
+MULTI = "sam3_multi"
+INTERACTIVE = "sam3_interactive"
+
+# -- tensor names ---------------------------------------------------------------------------
+IMAGES = "images_u8"
+TOKEN_IDS = "token_ids"
+DET_FPN = ("det_fpn_0", "det_fpn_1", "det_fpn_2")  # grounding neck, strides 3.5, 7, 14
+DET_POS = "det_pos_2"  # sine position encoding of det_fpn_2
+# Interactive (PVS) neck, same strides. As the official `Sam3Processor.set_image` leaves them:
+# levels 0 and 1 already through the mask decoder's conv_s0 / conv_s1 (d_model/8, d_model/4
+# channels), level 2 as the neck made it (d_model channels, no `no_mem_embed` added).
+PVS_FPN = ("pvs_fpn_0", "pvs_fpn_1", "pvs_fpn_2")
+PVS_FEATURES = PVS_FPN
+VISION_TENSORS = (*DET_FPN, DET_POS, *PVS_FPN)
+GROUNDING_VISION = (*DET_FPN, DET_POS)
+TEXT_FEATURES = "text_features"
+TEXT_PADDING_MASK = "text_padding_mask"
+EXEMPLAR_BOXES = "exemplar_boxes"
+EXEMPLAR_LABELS = "exemplar_labels"
+EXEMPLAR_VALID = "exemplar_valid"
+CONCEPT_TOKENS_NAME = "concept_tokens"
+CONCEPT_PADDING_MASK = "concept_padding_mask"
+CONCEPT_OUTPUTS = (CONCEPT_TOKENS_NAME, CONCEPT_PADDING_MASK)
+PRED_LOGITS = "pred_logits"
+PRED_BOXES = "pred_boxes"
+PRED_MASKS = "pred_masks"
+PRESENCE_LOGIT = "presence_logit"
+DECODER_OUTPUTS = (PRED_LOGITS, PRED_BOXES, PRED_MASKS, PRESENCE_LOGIT)
+
+# postprocess / ensemble request options and results
+SCORE_THR = "score_thr"
+MASK_THR = "mask_thr"
+MAX_DET = "max_det"
+SCORES = "scores"
+BOXES = "boxes"
+MASKS_RLE = "masks_rle"
+KEYWORD_COUNTS = "keyword_counts"
+RESULT_OUTPUTS = (SCORES, BOXES, MASKS_RLE)
+MULTI_OUTPUTS = (*RESULT_OUTPUTS, KEYWORD_COUNTS)
+
+# -- interactive (PVS) decoder and the `sam3_interactive` model. The graphs come from
+# sam3_export.graphs.pvs_decoder (its module docstring describes the prompt semantics).
+PVS_POINTS = 16  # point slots per prompt (the official tracker caps prompts at 16 points)
+PVS_GRID_BATCH = 16  # single-point prompts per call of the grid graph
+IMAGE_ID = "image_id"
+PVS_POINT_COORDS = "point_coords"  # float32 [B, P, 2], x, y in model-input pixels
+PVS_POINT_LABELS = "point_labels"  # float32 [B, P]: 1 positive, 0 negative, -1 empty slot
+PVS_BOX = "box"  # float32 [1, 4] x1, y1, x2, y2 in model-input pixels
+PVS_HAS_BOX = "has_box"  # bool [1]
+PVS_MASK_INPUT = "mask_input"  # float32 [1, 1, 4f, 4f] low-res logits of a previous mask
+PVS_HAS_MASK = "has_mask"  # bool [1]
+PVS_PROMPTS = (
+    PVS_POINT_COORDS,
+    PVS_POINT_LABELS,
+    PVS_BOX,
+    PVS_HAS_BOX,
+    PVS_MASK_INPUT,
+    PVS_HAS_MASK,
+)
+PVS_DECODER_MASKS = "pvs_masks"  # float32 [B, 3, 4f, 4f] low-res mask logits (multimask)
+PVS_DECODER_IOU = "pvs_iou"  # float32 [B, 3]
+PVS_SINGLE_MASK = "pvs_single_mask"  # float32 [1, 1, 4f, 4f] (multimask_output=False)
+PVS_SINGLE_IOU = "pvs_single_iou"  # float32 [1, 1]
+PVS_DECODER_OUTPUTS = (PVS_DECODER_MASKS, PVS_DECODER_IOU)
+PVS_IOU = "iou"
+PVS_LOW_RES = "low_res_masks"
+PVS_GRID_COORDS = "grid_coords"
+PVS_GRID_LABELS = "grid_labels"
+PVS_GRID_LOW_RES = "grid_low_res_masks"
+PVS_GRID_IOU = "grid_iou"
+INTERACTIVE_OUTPUTS = (PVS_IOU, PVS_LOW_RES, MASKS_RLE)
+
+# dtype names (numpy spelling) -> Triton config data types
+TRITON_DTYPES = {
+    "bool": "TYPE_BOOL",
+    "uint8": "TYPE_UINT8",
+    "int32": "TYPE_INT32",
+    "int64": "TYPE_INT64",
+    "float32": "TYPE_FP32",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output: name, dtype (numpy spelling) and static shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def triton_dtype(self) -> str:
+        return TRITON_DTYPES[self.dtype]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class GraphIO:
+    """A graph's inputs and outputs, in order."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec:
+        return _find(self.inputs, name, self.name)
+
+    def output(self, name: str) -> TensorSpec:
+        return _find(self.outputs, name, self.name)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+
+def _find(specs: tuple[TensorSpec, ...], name: str, graph: str) -> TensorSpec:
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"{graph} has no tensor {name!r}")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes every shape derives from (all recorded in the manifest)."""
+
+    image_size: int
+    d_model: int
+    num_queries: int
+    text_tokens: int = TEXT_TOKENS
+    exemplar_slots: int = EXEMPLAR_SLOTS
+    patch_size: int = PATCH_SIZE
+
+    @property
+    def feature_size(self) -> int:
+        return self.image_size // self.patch_size
+
+    @property
+    def fpn_sizes(self) -> tuple[int, int, int]:
+        f = self.feature_size
+        return (4 * f, 2 * f, f)
+
+    @property
+    def mask_size(self) -> int:
+        return 4 * self.feature_size
+
+    @property
+    def concept_tokens(self) -> int:
+        return self.exemplar_slots + 1
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> Sizes:
+        return cls(
+            image_size=int(manifest["image_size"]),
+            d_model=int(manifest["d_model"]),
+            num_queries=int(manifest["num_queries"]),
+            text_tokens=int(manifest["text_tokens"]),
+            exemplar_slots=int(manifest["exemplar_slots"]),
+            patch_size=int(manifest.get("patch_size", PATCH_SIZE)),
+        )
+
+
+def vision_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
+    """The unified encoder's outputs: grounding levels + position encoding, then PVS levels."""
+    d, fpn = sizes.d_model, sizes.fpn_sizes
+    det = tuple(TensorSpec(n, "float32", (1, d, s, s)) for n, s in zip(DET_FPN, fpn, strict=True))
+    pos = TensorSpec(DET_POS, "float32", (1, d, fpn[2], fpn[2]))
+    pvs_channels = (d // 8, d // 4, d)
+    pvs = tuple(
+        TensorSpec(n, "float32", (1, c, s, s))
+        for n, c, s in zip(PVS_FPN, pvs_channels, fpn, strict=True)
+    )
+    return (*det, pos, *pvs)
+
+
+def _by_name(specs: tuple[TensorSpec, ...], names: tuple[str, ...]) -> tuple[TensorSpec, ...]:
+    table = {s.name: s for s in specs}
+    return tuple(table[n] for n in names)
+
+
+def text_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
+    t = sizes.text_tokens
+    return (
+        TensorSpec(TEXT_FEATURES, "float32", (1, t, sizes.d_model)),
+        TensorSpec(TEXT_PADDING_MASK, "bool", (1, t)),
+    )
+
+
+def exemplar_names() -> tuple[str, str, str]:
+    return (EXEMPLAR_BOXES, EXEMPLAR_LABELS, EXEMPLAR_VALID)
+
+
+def exemplar_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
+    k = sizes.exemplar_slots
+    return (
+        TensorSpec(EXEMPLAR_BOXES, "float32", (1, k, 4)),
+        TensorSpec(EXEMPLAR_LABELS, "int64", (1, k)),
+        TensorSpec(EXEMPLAR_VALID, "bool", (1, k)),
+    )
+
+
+def concept_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
+    c = sizes.concept_tokens
+    return (
+        TensorSpec(CONCEPT_TOKENS_NAME, "float32", (1, c, sizes.d_model)),
+        TensorSpec(CONCEPT_PADDING_MASK, "bool", (1, c)),
+    )
+
+
+def decoder_output_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
+    q, m = sizes.num_queries, sizes.mask_size
+    return (
+        TensorSpec(PRED_LOGITS, "float32", (1, q)),
+        TensorSpec(PRED_BOXES, "float32", (1, q, 4)),
+        TensorSpec(PRED_MASKS, "float32", (1, q, m, m)),
+        TensorSpec(PRESENCE_LOGIT, "float32", (1, 1)),
+    )
+
+
+def graph_io(name: str, sizes: Sizes | Mapping[str, Any]) -> GraphIO:
+    """Inputs and outputs of one graph (`sizes`: a `Sizes` or the manifest).
+
+    The PVS graphs use the default slot counts here; `pvs_graph_io` takes others.
+    """
+    if not isinstance(sizes, Sizes):
+        sizes = Sizes.from_manifest(sizes)
+    s = sizes.image_size
+    vision = vision_specs(sizes)
+    grounding = _by_name(vision, GROUNDING_VISION)
+    if name == ENCODER:
+        return GraphIO(name, (TensorSpec(IMAGES, "uint8", (1, 3, s, s)),), vision)
+    if name == TEXT:
+        tokens = TensorSpec(TOKEN_IDS, "int64", (1, sizes.text_tokens))
+        return GraphIO(name, (tokens,), text_specs(sizes))
+    if name == DECODER:
+        inputs = (*grounding, *text_specs(sizes), *exemplar_specs(sizes))
+        return GraphIO(name, inputs, decoder_output_specs(sizes))
+    if name == CONCEPT_ENCODER:
+        inputs = (*_by_name(vision, (DET_FPN[2], DET_POS)), *exemplar_specs(sizes))
+        return GraphIO(name, inputs, concept_specs(sizes))
+    if name == DECODER_CT:
+        inputs = (*grounding, *text_specs(sizes), *concept_specs(sizes))
+        return GraphIO(name, inputs, decoder_output_specs(sizes))
+    if name in PVS_GRAPHS:
+        return pvs_graph_io(name, sizes)
+    raise KeyError(f"unknown graph {name!r}; known: {GROUNDING_GRAPHS + PVS_GRAPHS}")
+
+
+def pvs_graph_io(
+    name: str, sizes: Sizes, points: int = PVS_POINTS, grid_batch: int = PVS_GRID_BATCH
+) -> GraphIO:
+    """Inputs and outputs of `sam3_pvs_decoder` (batch 1) or `sam3_pvs_decoder_grid`."""
+    m = sizes.mask_size
+    features = _by_name(vision_specs(sizes), PVS_FEATURES)
+    if name == PVS_GRID_DECODER:
+        b = grid_batch
+        inputs = (
+            *features,
+            TensorSpec(PVS_POINT_COORDS, "float32", (b, points, 2)),
+            TensorSpec(PVS_POINT_LABELS, "float32", (b, points)),
+        )
+        outputs = (
+            TensorSpec(PVS_DECODER_MASKS, "float32", (b, 3, m, m)),
+            TensorSpec(PVS_DECODER_IOU, "float32", (b, 3)),
+        )
+        return GraphIO(name, inputs, outputs)
+    if name == PVS_DECODER:
+        inputs = (
+            *features,
+            TensorSpec(PVS_POINT_COORDS, "float32", (1, points, 2)),
+            TensorSpec(PVS_POINT_LABELS, "float32", (1, points)),
+            TensorSpec(PVS_BOX, "float32", (1, 4)),
+            TensorSpec(PVS_HAS_BOX, "bool", (1,)),
+            TensorSpec(PVS_MASK_INPUT, "float32", (1, 1, m, m)),
+            TensorSpec(PVS_HAS_MASK, "bool", (1,)),
+        )
+        outputs = (
+            TensorSpec(PVS_DECODER_MASKS, "float32", (1, 3, m, m)),
+            TensorSpec(PVS_DECODER_IOU, "float32", (1, 3)),
+            TensorSpec(PVS_SINGLE_MASK, "float32", (1, 1, m, m)),
+            TensorSpec(PVS_SINGLE_IOU, "float32", (1, 1)),
+        )
+        return GraphIO(name, inputs, outputs)
+    raise KeyError(f"unknown PVS graph {name!r}")
+
+
+def graph_path(repository: str | os.PathLike, name: str, version: int = 1) -> Path:
+    """Where a graph lives in the model repository."""
+    return Path(repository) / name / str(version) / "model.onnx"
+
+
+# -- the manifest ---------------------------------------------------------------------------
+REQUIRED_MANIFEST_KEYS = (
+    "manifest_version",
+    "size",
+    "image_size",
+    "d_model",
+    "text_tokens",
+    "exemplar_slots",
+    "num_queries",
+    "mask_size",
+    "random_weights",
+    "model_id",
+)
+
+
+def check_manifest(manifest: Mapping[str, Any], source: str = "manifest") -> dict[str, Any]:
+    """Validate a manifest dict (version, required keys, consistent sizes); return a copy."""
+    if not isinstance(manifest, Mapping):
+        raise ValueError(f"{source}: a manifest must be a JSON object")
+    missing = [k for k in REQUIRED_MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise ValueError(f"{source}: manifest lacks {missing}")
+    if int(manifest["manifest_version"]) != MANIFEST_VERSION:
+        raise ValueError(
+            f"{source}: manifest_version {manifest['manifest_version']} is not supported "
+            f"(this napari-sam3 reads version {MANIFEST_VERSION}); re-export the repository"
+        )
+    sizes = Sizes.from_manifest(manifest)
+    if sizes.image_size % sizes.patch_size:
+        raise ValueError(f"{source}: image_size {sizes.image_size} is not a multiple of 14")
+    if int(manifest["mask_size"]) != sizes.mask_size:
+        raise ValueError(f"{source}: mask_size {manifest['mask_size']} != {sizes.mask_size}")
+    return dict(manifest)
+
+
+def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate `sam3_manifest.json` (give the file or the repository folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MANIFEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {MANIFEST_FILE} at {path}: is this a sam3-export repository?")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    return check_manifest(manifest, str(path))
+
+
+def manifest_from_config(config: Any) -> dict[str, Any]:
+    """The manifest carried by a Triton model config (parameter `sam3_manifest`).
+
+    `config` is anything with a `parameters` mapping of str -> str (the parsed config.pbtxt),
+    or that mapping itself.
+    """
+    params = getattr(config, "parameters", config)
+    if not isinstance(params, Mapping) or MANIFEST_PARAMETER not in params:
+        raise ValueError(
+            f"the model config has no '{MANIFEST_PARAMETER}' parameter: "
+            "was the repository written by sam3-export?"
+        )
+    raw = params[MANIFEST_PARAMETER]
+    raw = getattr(raw, "string_value", raw)
+    return check_manifest(json.loads(raw), f"config parameter {MANIFEST_PARAMETER}")
