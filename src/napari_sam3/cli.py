@@ -1,6 +1,9 @@
 """`napari-sam3`: the command line (segment rasters, run the demo, show a repository).
 
 Exit codes: 0 success, 1 a bad input or failed run (the message says what to do), 2 bad usage.
+`segment` over several rasters: 0 every raster written, 1 some rasters failed (the others are
+written and a summary names the failures), 2 nothing could run (bad usage, no model, an output
+that exists without --overwrite).
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ import json
 import shutil
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
+from typing import Any
 
 RANDOM_BANNER = """
 ############################################################################
@@ -21,13 +27,22 @@ RANDOM_BANNER = """
 """
 
 
+RASTER_SUFFIXES = (".tif", ".tiff", ".jp2", ".png", ".jpg", ".jpeg", ".img", ".vrt")
+SCENE_OUTPUTS = (".gpkg", ".geojson", ".tif", ".tiff")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
 def _fail(message: str) -> int:
     print(f"napari-sam3: {message}", file=sys.stderr)
     return 1
 
 
+class UsageError(Exception):
+    """Bad arguments or setup: nothing was run (exit code 2)."""
+
+
 def ensure_repository(
-    out: Path, checkpoint: Path | None, size: str, flavor: str = "onnx", device: str = "cpu"
+    out: Path, checkpoint: Path | None, size: str, flavor: str = "python", device: str = "cpu"
 ) -> Path:
     """Export the model repository once (reused when it already holds the same model)."""
     from . import contract
@@ -87,13 +102,216 @@ def cmd_demo(args: argparse.Namespace) -> int:
     counts = df.groupby("keyword").size().to_dict() if len(df) else {}
     print(f"napari-sam3: {client!r}")
     print(
-        f"napari-sam3: scene {raster.path} {raster.data.shape[2]}x{raster.data.shape[1]} px, {raster.crs}"
+        f"napari-sam3: scene {'+'.join(p.name for p in raster.path)} {raster.data.shape[2]}x{raster.data.shape[1]} px, {raster.crs}"
     )
     print(f"napari-sam3: detections per keyword {json.dumps(counts)}")
     print(f"napari-sam3: wrote {overlay} and {out / 'detections.gpkg'}")
     if random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
     return 0
+
+
+# ----------------------------------------------------------------------------- segment
+
+
+def _scene_inputs(items: list[str]) -> list[Path]:
+    """The rasters named on the command line; a folder stands for the rasters directly in it."""
+    found: list[Path] = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            rasters = sorted(
+                p
+                for p in path.iterdir()
+                if p.is_file()
+                and not p.name.startswith(".")
+                and p.suffix.lower() in RASTER_SUFFIXES
+            )
+            if not rasters:
+                raise UsageError(
+                    f"folder {path} holds no rasters (looked for {', '.join(RASTER_SUFFIXES)})"
+                )
+            found += rasters
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise UsageError(f"{item}: no such file or folder")
+    return list(dict.fromkeys(p.resolve() for p in found))
+
+
+def _plan_outputs(
+    inputs: list[Path], out: str, fmt: str, overwrite: bool
+) -> tuple[list[Path], Path | None]:
+    """(one output per input, or []; the merged layer, or None). Refuses existing outputs."""
+    target = Path(out)
+    suffix = target.suffix.lower()
+    if suffix and suffix not in SCENE_OUTPUTS:
+        raise UsageError(
+            f"--out {out}: unknown extension {suffix}; give a .gpkg, .geojson or .tif file, "
+            "or a folder (one output per raster)"
+        )
+    merged = None
+    if suffix:
+        if not target.parent.is_dir():
+            raise UsageError(f"--out {out}: folder {target.parent} does not exist")
+        if len(inputs) == 1:
+            targets = [target]
+        elif suffix in (".tif", ".tiff"):
+            raise UsageError(
+                "a label GeoTIFF holds one scene: for several rasters give --out a folder "
+                "(one output per raster) or a .gpkg / .geojson file (one merged layer)"
+            )
+        else:
+            targets, merged = [], target
+    else:
+        if target.exists() and not target.is_dir():
+            raise UsageError(f"--out {out} is a file; give a folder or a .gpkg/.geojson/.tif")
+        targets = [target / f"{p.stem}.{fmt}" for p in inputs]
+        clash = sorted({t.name for t in targets if targets.count(t) > 1})
+        if clash:
+            raise UsageError(
+                f"several rasters would write {clash[0]}; rename them or run them separately"
+            )
+    written = [*targets, *([merged] if merged else [])]
+    if any(t.resolve() in inputs for t in written):
+        raise UsageError("an output would replace one of the input rasters; choose another --out")
+    existing = [str(t) for t in written if t.exists()]
+    if existing and not overwrite:
+        raise UsageError(
+            f"{', '.join(existing[:3])}{' ...' if len(existing) > 3 else ''} exists; "
+            "pass --overwrite to replace"
+        )
+    return targets, merged
+
+
+def _split(text: str | None) -> list[str]:
+    return [w.strip() for w in (text or "").split(",") if w.strip()]
+
+
+def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
+    keywords = _split(args.keywords)
+    if args.prompt is None and not keywords and not args.concept:
+        raise UsageError("nothing to look for: give --prompt, --keywords or --concept")
+    if args.prompt is not None and not args.prompt.strip():
+        raise UsageError("--prompt is empty; give a word such as 'building'")
+    bands = [int(b) if b.isdigit() else b for b in _split(args.bands)] or None
+    return {
+        "prompt": args.prompt,
+        "keywords": keywords or None,
+        "tile_size": args.tile_size,
+        "overlap": args.tile_overlap,
+        "bands": bands,
+        "nodata": args.nodata,
+        "score_thr": args.score_thr,
+        "max_det": args.max_det,
+        "dedup": args.dedup,
+    }
+
+
+def _load_model(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    from .client import Sam3Client
+    from .concept import Concept
+
+    if args.models and not Path(args.models).is_dir():
+        raise UsageError(f"--models {args.models}: no such model repository folder")
+    try:
+        client = Sam3Client(args.server) if args.server else Sam3Client.local(args.models)
+    except Exception as error:  # any failure to reach or load the model stops the run
+        where = args.server or args.models
+        raise UsageError(f"cannot use the model at {where}: {error}") from error
+    concepts = []
+    for path in args.concept or []:
+        try:
+            concept = Concept.load(path)
+            concept.check_model(client.model_id)
+        except (ValueError, OSError) as error:
+            raise UsageError(f"--concept {path}: {error}") from error
+        concept.name = concept.name or Path(path).stem
+        concepts.append(concept)
+    return client, concepts
+
+
+def _same_crs(gdf: Any, crs: Any, name: str) -> Any:
+    """A layer in the merged layer's CRS (reprojected if need be)."""
+    if crs is None or gdf.crs == crs:
+        if gdf.crs is not None and crs is None:
+            raise ValueError(f"{name} has a CRS but the merged layer's first raster has none")
+        return gdf
+    if gdf.crs is None:
+        raise ValueError(f"{name} has no CRS, so it cannot join a merged layer in {crs}")
+    return gdf.to_crs(crs)
+
+
+def _describe(df: Any) -> str:
+    counts = df.groupby("keyword").size().to_dict() if len(df) else {}
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "nothing found"
+
+
+def cmd_segment(args: argparse.Namespace) -> int:
+    try:
+        inputs = _scene_inputs(args.rasters)
+        targets, merged = _plan_outputs(inputs, args.out, args.format, args.overwrite)
+        options = _segment_options(args)
+        client, concepts = _load_model(args)
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    from .gis import write_vector
+    from .scene import scene_geodataframe, segment_scene, write_scene
+
+    if client.manifest.get("random_weights"):
+        print(RANDOM_BANNER, file=sys.stderr, flush=True)
+    if targets and not targets[0].parent.exists():
+        targets[0].parent.mkdir(parents=True)
+    failures: list[tuple[Path, str]] = []
+    layers: list[Any] = []
+    crs = None
+    for i, path in enumerate(inputs):
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                df = segment_scene(
+                    client, path, concept=concepts or None, progress=not args.quiet, **options
+                )
+                if merged is None:
+                    where = write_scene(df, targets[i], path, args.overwrite, args.simplify)
+                else:
+                    gdf = scene_geodataframe(df, path, args.simplify)
+                    crs = gdf.crs if not layers else crs
+                    layers.append(_same_crs(gdf, crs, path.name))
+                    where = f"merged layer {merged}"
+            except Exception as error:  # one bad raster must not stop the batch
+                failures.append((path, f"{type(error).__name__}: {error}"))
+                print(f"napari-sam3: FAILED {path}: {error}", file=sys.stderr, flush=True)
+                continue
+            finally:
+                for text in dict.fromkeys(
+                    str(w.message) for w in caught if issubclass(w.category, UserWarning)
+                ):
+                    print(f"napari-sam3: warning: {path.name}: {text}", file=sys.stderr)
+        seconds = time.perf_counter() - start
+        print(
+            f"napari-sam3: {path.name}: {len(df)} objects ({_describe(df)}) -> {where} ({seconds:.1f} s)"
+        )
+    if merged is not None and layers:
+        import pandas as pd
+
+        try:
+            gdf = pd.concat(layers, ignore_index=True)
+            write_vector(gdf, merged, overwrite=args.overwrite)
+            print(f"napari-sam3: wrote {len(gdf)} objects from {len(layers)} rasters to {merged}")
+        except Exception as error:
+            failures += [(merged, f"{type(error).__name__}: {error}")]
+            print(f"napari-sam3: FAILED writing {merged}: {error}", file=sys.stderr)
+            layers = []
+    done = len(inputs) - sum(1 for p, _ in failures if p in inputs)
+    if merged is not None and not layers:
+        done = 0
+    print(f"napari-sam3: {done} of {len(inputs)} rasters segmented", flush=True)
+    for path, reason in failures:
+        print(f"napari-sam3:   failed: {path}: {reason}", file=sys.stderr)
+    return EXIT_FAILED if failures else EXIT_OK
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -120,6 +338,49 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keywords", default="building,field,water,road")
     demo.add_argument("--out", default="out")
     demo.set_defaults(run=cmd_demo)
+
+    segment = sub.add_parser(
+        "segment",
+        help="segment whole rasters tile by tile into GIS layers",
+        description="Segment one raster, several, or every raster in a folder, tile by tile, "
+        "into a GeoPackage/GeoJSON layer or a label GeoTIFF.",
+        epilog="--out FILE.gpkg|.geojson|.tif: one raster's output, or one merged layer for "
+        "several (vector only). --out FOLDER: one output per raster, named after it "
+        "(--format). Exit codes: 0 every raster written; 1 some rasters failed (the rest "
+        "written, failures listed); 2 nothing could run (bad usage, no model, an existing "
+        "output without --overwrite).",
+    )
+    segment.add_argument("rasters", nargs="+", metavar="RASTER", help="raster files or folders")
+    segment.add_argument("--prompt", help="what to look for, e.g. building")
+    segment.add_argument("--keywords", help="several things at once, comma-separated: a,b,c")
+    segment.add_argument(
+        "--concept", action="append", metavar="FILE.npz", help="a saved concept (repeatable)"
+    )
+    model = segment.add_mutually_exclusive_group(required=True)
+    model.add_argument("--server", help="Triton gRPC address host:port")
+    model.add_argument("--models", help="local model repository (run in-process)")
+    segment.add_argument("--out", required=True, help="output file, or a folder")
+    segment.add_argument(
+        "--format",
+        choices=("gpkg", "geojson", "tif"),
+        default="gpkg",
+        help="output type when --out is a folder (default gpkg)",
+    )
+    segment.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    segment.add_argument("--tile-size", type=int, help="pixels (default: the model's input size)")
+    segment.add_argument("--tile-overlap", type=int, help="pixels (default: tile size / 8)")
+    segment.add_argument("--bands", help="1 or 3 bands, 1-based or by name: 4,3,2 or B04,B03,B02")
+    segment.add_argument("--nodata", type=float, help="nodata value (default: the raster's)")
+    segment.add_argument("--score-thr", type=float, help="minimum score (default: the model's)")
+    segment.add_argument("--max-det", type=int, help="at most this many objects per tile")
+    segment.add_argument(
+        "--dedup", type=float, default=0.85, help="overlap that makes a duplicate (default 0.85)"
+    )
+    segment.add_argument(
+        "--simplify", type=float, default=0.0, help="polygon simplification, pixels (default 0)"
+    )
+    segment.add_argument("--quiet", action="store_true", help="no progress bars")
+    segment.set_defaults(run=cmd_segment)
 
     info = sub.add_parser("info", help="describe a model repository or server")
     where = info.add_mutually_exclusive_group(required=True)

