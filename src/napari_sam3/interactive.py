@@ -205,7 +205,9 @@ class InteractiveSession:
             full = np.zeros((1, size, size), bool)
             full[0, :rows, :cols] = masks[i]
             framed.append(FrameMask(RleMasks.from_dense(full).mask(0), self.letterbox))
-        boxes = self.letterbox.boxes_to_image(np.asarray(result["boxes"], np.float32).reshape(-1, 4))
+        boxes = self.letterbox.boxes_to_image(
+            np.asarray(result["boxes"], np.float32).reshape(-1, 4)
+        )
         return pd.DataFrame(
             {
                 "mask": framed,

@@ -15,7 +15,11 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from .model_config import ModelConfig, parse_model_config
 
 # gRPC status codes worth a retry: the request never reached a model, or the pod went away.
-TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED", "StatusCode.RESOURCE_EXHAUSTED"}
+TRANSIENT = {
+    "StatusCode.UNAVAILABLE",
+    "StatusCode.DEADLINE_EXCEEDED",
+    "StatusCode.RESOURCE_EXHAUSTED",
+}
 
 
 def parse_address(address: str) -> tuple[str, int]:

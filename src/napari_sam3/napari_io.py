@@ -1,0 +1,414 @@
+"""napari reader and writers: georeferenced rasters in, georeferenced labels and polygons out.
+
+World coordinates
+    A layer read here is placed in **map units** of its CRS, so layers of the same CRS line up
+    whatever their resolution (a 10 m and a 20 m Sentinel-2 band overlay exactly). napari's y axis
+    points down the screen, so the world y coordinate is the **negated northing**: world
+    ``(y, x) = (-northing, easting)`` of the pixel centre. North-up rasters get ``scale`` and
+    ``translate``; rotated or sheared ones an ``affine``.
+
+Layer metadata (plain JSON-friendly values, copied onto every result layer)
+    ``crs``
+        the CRS as text (``"EPSG:32633"`` or WKT), or None;
+    ``transform``
+        the rasterio affine ``[a, b, c, d, e, f]`` of **this layer's** pixels (a crop's own);
+    ``band_names``
+        the names of the raster's bands;
+    ``source``
+        the file (or list of files) read;
+    ``sam3``
+        the plugin's own record: ``version``; ``kind`` ("image" or "result"); ``world`` (the
+        convention above); for images ``band``, ``band_index`` (1-based), ``stretch`` (the
+        percentile limits the model's stretch uses for this band, also the contrast limits),
+        ``stack`` (an id shared by the band layers of one raster) and ``rgb_bands`` (the bands
+        the widgets send to the model by default); for results ``image_layer``, ``offset``
+        (row, col of the layer's pixel 0 in the image the model saw) and ``prompt``.
+
+The widgets map a layer's data coordinates to image pixels with napari's own transforms
+(``data_to_world`` then the image layer's ``world_to_data``), so shapes and points drawn on any
+layer, of any scale, reach the model in the right pixels.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SUFFIXES = (".tif", ".tiff", ".jp2", ".j2k")
+SAM3_KEY = "sam3"
+METADATA_VERSION = 1
+WORLD_CONVENTION = "(y, x) = (-northing, easting) of pixel centres, map units"
+STRETCH_PERCENTILES = (2.0, 98.0)
+# Sentinel-2 true colour, then the usual names of RGB bands in other products.
+_RGB_NAME_SETS = (("B04", "B03", "B02"), ("red", "green", "blue"), ("r", "g", "b"))
+_BAND_COLORMAPS = ("red", "green", "blue")
+
+LayerData = tuple[Any, dict[str, Any], str]
+
+
+# ----------------------------------------------------------------------------- reader
+
+
+def get_reader(path: str | Sequence[str]) -> Callable[[Any], list[LayerData]] | None:
+    """npe2 reader hook: GeoTIFF / JPEG 2000 files (several files are stacked as bands)."""
+    paths = [path] if isinstance(path, str | os.PathLike) else list(path)
+    if not paths or not all(Path(p).suffix.lower() in SUFFIXES for p in paths):
+        return None
+    return read_layers
+
+
+def read_layers(path: str | Sequence[str]) -> list[LayerData]:
+    """Read one raster (or a stack of single-band files) into napari layer data tuples."""
+    from .raster import read_raster
+
+    if isinstance(path, str | os.PathLike):
+        raster = read_raster(path)
+    else:
+        paths = list(path)
+        raster = read_raster(paths[0] if len(paths) == 1 else paths)
+    return raster_layers(raster)
+
+
+def raster_layers(
+    raster, name: str | None = None, percentiles: tuple[float, float] = STRETCH_PERCENTILES
+) -> list[LayerData]:
+    """A :class:`~napari_sam3.raster.Raster` -> napari image layer data tuples.
+
+    - uint8 with 3 bands: one RGB layer (the model takes it unchanged).
+    - one band: one grayscale layer.
+    - otherwise one layer per band, sharing a ``stack`` id; the RGB bands (B04, B03, B02 for
+      Sentinel-2, else the first three) are visible with red, green and blue colormaps blended
+      additively, the others hidden.
+
+    Contrast limits are the percentile stretch of each band that :func:`~napari_sam3.stretch.
+    to_model_rgb` applies for the model, so the screen shows what the model sees.
+    """
+    from .stretch import compute_stretch
+
+    data = raster.data
+    count = data.shape[0]
+    base = name or _base_name(raster.path)
+    geo = transform_kwargs(raster.transform)
+    names = list(raster.band_names)
+
+    def metadata(extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "crs": crs_text(raster.crs),
+            "transform": affine_list(raster.transform),
+            "band_names": names,
+            "source": _source_text(raster.path),
+            "nodata": raster.nodata,
+            SAM3_KEY: {
+                "version": METADATA_VERSION,
+                "kind": "image",
+                "world": WORLD_CONVENTION,
+                "pixel_shape": list(data.shape[1:]),
+                **extra,
+            },
+        }
+
+    if data.dtype == np.uint8 and count == 3:
+        rgb = np.moveaxis(data, 0, -1)
+        meta = metadata({"rgb_bands": names, "stretch": None})
+        return [(rgb, {"name": base, "rgb": True, "metadata": meta, **geo}, "image")]
+
+    limits = []
+    for i in range(count):
+        stats = compute_stretch(raster, bands=[i + 1], percentiles=percentiles)
+        limits.append((stats.low[0], stats.high[0]))
+    if count == 1:
+        meta = metadata(
+            {
+                "band": names[0],
+                "band_index": 1,
+                "rgb_bands": names[:1],
+                "stretch": _stretch_record(limits[0], percentiles),
+            }
+        )
+        kwargs = {
+            "name": base,
+            "contrast_limits": _display_limits(limits[0]),
+            "colormap": "gray",
+            "metadata": meta,
+            **geo,
+        }
+        return [(data[0], kwargs, "image")]
+
+    rgb_bands = default_rgb_bands(names)
+    stack = uuid.uuid4().hex
+    layers = []
+    for i, band in enumerate(names):
+        shown = band in rgb_bands
+        meta = metadata(
+            {
+                "band": band,
+                "band_index": i + 1,
+                "stack": stack,
+                "rgb_bands": rgb_bands,
+                "stretch": _stretch_record(limits[i], percentiles),
+            }
+        )
+        colormap = (
+            _BAND_COLORMAPS[rgb_bands.index(band)] if len(rgb_bands) == 3 and shown else "gray"
+        )
+        kwargs = {
+            "name": f"{base} {band}",
+            "contrast_limits": _display_limits(limits[i]),
+            "colormap": colormap,
+            "blending": "additive",
+            "visible": shown,
+            "metadata": meta,
+            **geo,
+        }
+        layers.append((data[i], kwargs, "image"))
+    return layers
+
+
+def default_rgb_bands(names: Sequence[str]) -> list[str]:
+    """The bands shown (and sent to the model) by default: true colour if the names tell it."""
+    lower = [n.lower() for n in names]
+    for wanted in _RGB_NAME_SETS:
+        if all(w.lower() in lower for w in wanted):
+            return [names[lower.index(w.lower())] for w in wanted]
+    return list(names[:3]) if len(names) >= 3 else list(names[:1])
+
+
+def _stretch_record(limits: tuple[float, float], percentiles) -> dict[str, Any]:
+    return {"low": limits[0], "high": limits[1], "percentiles": [float(p) for p in percentiles]}
+
+
+def _display_limits(limits: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = float(limits[0]), float(limits[1])
+    if hi > lo:
+        return lo, hi
+    # A constant band: the model shows it mid-grey; napari needs low < high.
+    return lo - 0.5, lo + 0.5
+
+
+def _base_name(path) -> str:
+    if isinstance(path, tuple | list):
+        stems = [Path(p).stem for p in path]
+        # the common leading words: T33UUU_20170216T102101_B04, ..._B03 -> T33UUU_20170216T102101
+        words = os.path.commonprefix([s.split("_") for s in stems])
+        return "_".join(words) or stems[0]
+    return Path(path).stem
+
+
+def _source_text(path) -> str | list[str]:
+    if isinstance(path, tuple | list):
+        return [str(p) for p in path]
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- georeferencing
+
+
+def crs_text(crs) -> str | None:
+    """A CRS as text: ``EPSG:<code>`` when it has one, otherwise WKT; None stays None."""
+    if crs is None:
+        return None
+    return crs.to_string()
+
+
+def affine_list(transform) -> list[float]:
+    return [float(v) for v in tuple(transform)[:6]]
+
+
+def transform_kwargs(transform) -> dict[str, Any]:
+    """napari layer placement for a rasterio affine (pixel corners -> map), world = (-N, E)."""
+    a, b, c, d, e, f = affine_list(transform)
+    if b == 0 and d == 0 and e < 0:
+        return {"scale": (-e, a), "translate": (-(f + 0.5 * e), c + 0.5 * a)}
+    # Rotated, sheared or south-up: the whole map as a (row, col) -> (-N, E) affine matrix.
+    matrix = np.array(
+        [
+            [-e, -d, -(f + 0.5 * d + 0.5 * e)],
+            [b, a, c + 0.5 * a + 0.5 * b],
+            [0.0, 0.0, 1.0],
+        ]
+    )
+    return {"affine": matrix}
+
+
+def transform_from_layer(scale: Sequence[float], translate: Sequence[float]):
+    """The rasterio affine of a north-up layer placed by `transform_kwargs` (last two axes)."""
+    from rasterio.transform import Affine
+
+    sy, sx = (float(v) for v in tuple(scale)[-2:])
+    ty, tx = (float(v) for v in tuple(translate)[-2:])
+    return Affine(sx, 0.0, tx - 0.5 * sx, 0.0, -sy, -ty + 0.5 * sy)
+
+
+def georeferencing(metadata: dict[str, Any] | None) -> tuple[Any, Any]:
+    """(rasterio CRS or None, rasterio Affine or None) recorded in a layer's metadata."""
+    from rasterio.crs import CRS
+    from rasterio.transform import Affine
+
+    metadata = metadata or {}
+    crs = metadata.get("crs")
+    transform = metadata.get("transform")
+    crs = CRS.from_user_input(crs) if crs else None
+    if transform is not None:
+        transform = Affine(*[float(v) for v in list(transform)[:6]])
+    return crs, transform
+
+
+def crop_metadata(metadata: dict[str, Any] | None, row0: int, col0: int) -> dict[str, Any]:
+    """Metadata of a result layer whose pixel (0, 0) is pixel (row0, col0) of the image."""
+    from rasterio.transform import Affine
+
+    metadata = metadata or {}
+    out = {k: v for k, v in metadata.items() if k in ("crs", "band_names", "source", "transform")}
+    _, transform = georeferencing(metadata)
+    if transform is not None:
+        out["transform"] = affine_list(transform @ Affine.translation(col0, row0))
+    return out
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def write_labels_geotiff(path: str, data: Any, attributes: dict[str, Any]) -> list[str]:
+    """npe2 writer: a labels layer -> single-band int32 GeoTIFF with the source's georeferencing.
+
+    napari's save dialog has already asked before replacing a file, so an existing file is
+    overwritten.
+    """
+    from . import gis
+
+    labels = _labels_2d(data, attributes)
+    crs, transform = _layer_georeferencing(attributes)
+    written = gis.write_labels_geotiff(
+        labels, path, {"crs": crs, "transform": transform}, overwrite=True
+    )
+    return [str(written)]
+
+
+def write_instances_gpkg(path: str, data: Any, attributes: dict[str, Any]) -> list[str]:
+    """npe2 writer: a labels layer -> GeoPackage, one (multi)polygon per label, with its
+    ``score``, ``keyword`` and ``prompt_kind`` from the layer's features; ``label_id`` is the
+    label's value in the layer (and in the GeoTIFF)."""
+    from . import gis
+
+    labels = _labels_2d(data, attributes)
+    crs, transform = _layer_georeferencing(attributes)
+    frame = labels_frame(labels, attributes.get("features"))
+    values = frame.pop("label").to_numpy()
+    metadata = attributes.get("metadata") or {}
+    source = metadata.get("source") or attributes.get("name") or None
+    gdf = gis.to_geodataframe(frame, crs=crs, transform=transform, source=source)
+    gdf["label_id"] = values.astype(np.int32)
+    written = gis.write_vector(gdf, path, overwrite=True)
+    return [str(written)]
+
+
+def labels_frame(labels: np.ndarray, features=None):
+    """One row per label present: ``label``, ``mask`` (a lazy full-frame mask, dense on
+    ``np.asarray``), ``box`` (pixel edges), and the ``score``, ``keyword`` and ``prompt_kind`` of
+    the layer's features table (matched on its ``index`` column, else row = label) where known."""
+    import pandas as pd
+
+    labels = np.asarray(labels)
+    table = _features_by_label(features)
+    rows = []
+    for label, pixels in _label_pixels(labels):
+        mask = LabelMask(labels.shape, pixels)
+        info = table.get(label, {})
+        rows.append(
+            {
+                "label": label,
+                "box": mask.box,
+                "score": float(info.get("score", math.nan)),
+                "mask": mask,
+                "keyword": str(info.get("keyword", "") or ""),
+                "prompt_kind": str(info.get("prompt_kind", "") or ""),
+            }
+        )
+    columns = ["label", "box", "score", "mask", "keyword", "prompt_kind"]
+    frame = pd.DataFrame(rows, columns=columns)
+    frame["score"] = frame["score"].astype(np.float32)
+    return frame
+
+
+class LabelMask:
+    """One label of a label image: its pixels kept as flat indices, full-frame bool on access."""
+
+    __slots__ = ("pixels", "shape")
+
+    def __init__(self, shape: tuple[int, int], pixels: np.ndarray) -> None:
+        self.shape = tuple(int(v) for v in shape)
+        self.pixels = pixels
+
+    @property
+    def box(self) -> np.ndarray:
+        rows, cols = np.divmod(self.pixels, self.shape[1])
+        return np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1], np.float32)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        dense = np.zeros(self.shape, bool)
+        dense.ravel()[self.pixels] = True
+        return dense if dtype is None else dense.astype(dtype)
+
+
+def _label_pixels(labels: np.ndarray):
+    """(label, flat pixel indices) for every non-zero label, in increasing label order."""
+    flat = labels.ravel()
+    where = np.flatnonzero(flat)
+    if where.size == 0:
+        return
+    values = flat[where]
+    order = np.argsort(values, kind="stable")
+    values, where = values[order], where[order]
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    ends = np.r_[starts[1:], values.size]
+    for a, b in zip(starts, ends, strict=True):
+        yield int(values[a]), where[a:b]
+
+
+def _features_by_label(features) -> dict[int, dict[str, Any]]:
+    import pandas as pd
+
+    if features is None:
+        return {}
+    table = pd.DataFrame(features)
+    if table.empty:
+        return {}
+    if "index" in table.columns:
+        keys = table["index"].astype(int).tolist()
+    else:
+        keys = list(range(len(table)))
+    records = table.to_dict("records")
+    return dict(zip(keys, records, strict=True))
+
+
+def _labels_2d(data: Any, attributes: dict[str, Any]) -> np.ndarray:
+    labels = np.asarray(data)
+    labels = np.squeeze(labels) if labels.ndim > 2 else labels
+    if labels.ndim != 2:
+        name = attributes.get("name", "the layer")
+        raise ValueError(
+            f"{name} has shape {np.shape(data)}: only 2-D labels can be written as a map"
+        )
+    return labels
+
+
+def _layer_georeferencing(attributes: dict[str, Any]):
+    from rasterio.transform import Affine
+
+    crs, transform = georeferencing(attributes.get("metadata"))
+    if transform is None:
+        scale = tuple(attributes.get("scale", (1.0, 1.0)))[-2:]
+        translate = tuple(attributes.get("translate", (0.0, 0.0)))[-2:]
+        if np.allclose(scale, 1.0) and np.allclose(translate, 0.0):
+            transform = Affine.identity()  # not placed on a map: pixel coordinates
+        else:
+            # A layer the analyst made on a map-placed image: our world convention gives its
+            # transform; with no source raster there is no CRS to record.
+            transform = transform_from_layer(scale, translate)
+    return crs, transform

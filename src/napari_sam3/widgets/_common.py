@@ -1,0 +1,254 @@
+"""What every SAM3 dock widget shares: the connected client, layer pickers, and the job runner.
+
+The Connection widget puts a `Sam3Client` into `STATE`; the other widgets read it from there
+(one client per napari process, whichever viewer asks). Library calls run in napari thread
+workers, one at a time per widget, with a progress bar and a Cancel button; their errors become
+napari notifications carrying the library's message.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from magicgui.widgets import ComboBox, Container, Label, ProgressBar, PushButton
+from psygnal import Signal
+
+NOT_CONNECTED = "Not connected: open Plugins > SAM3 for geospatial imagery > Connection."
+
+
+class Sam3State:
+    """The client shared by the widgets of this napari process."""
+
+    changed = Signal(object)
+
+    def __init__(self) -> None:
+        self._client = None
+
+    @property
+    def client(self):
+        return self._client
+
+    def set_client(self, client) -> None:
+        self._client = client
+        self.changed.emit(client)
+
+    def require(self):
+        if self._client is None:
+            raise RuntimeError(NOT_CONNECTED)
+        return self._client
+
+
+STATE = Sam3State()
+
+
+def describe_client(client) -> str:
+    """One line for the widgets' model label."""
+    if client is None:
+        return NOT_CONNECTED
+    manifest = client.manifest
+    address = str(client.address)
+    if address.startswith("local:"):  # the embedded engine: the repository folder's name
+        address = f"embedded ({Path(address[len('local:') :]).name})"
+    text = (
+        f"{address} · SAM3 {manifest.get('size', '?')} · input {client.image_size} px · "
+        f"model {client.model_id[:12]}"
+    )
+    if manifest.get("random_weights"):
+        text += " · RANDOM WEIGHTS: masks are meaningless"
+    return text
+
+
+def notify_error(what: str, error: BaseException) -> str:
+    """Show `error` as a napari error notification (message only, no traceback)."""
+    from napari.utils.notifications import show_error
+
+    message = f"{what}: {error}" if str(error) else f"{what}: {type(error).__name__}"
+    show_error(message)
+    return message
+
+
+def notify_info(message: str) -> None:
+    from napari.utils.notifications import show_info
+
+    show_info(message)
+
+
+def reports_errors(what: str):
+    """Decorate a button handler: any exception becomes a notification (and the status line)."""
+
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - shown to the analyst, not swallowed
+                self.last_error = error
+                self.status.value = notify_error(what, error)
+                return None
+
+        return wrapper
+
+    return decorate
+
+
+def layer_combo(viewer, kinds, label: str, nullable: bool = False, tooltip: str = "") -> ComboBox:
+    """A drop-down of the viewer's layers of type `kinds` (kept up to date by `watch_layers`)."""
+
+    def choices(_widget=None):
+        return [(layer.name, layer) for layer in viewer.layers if isinstance(layer, kinds)]
+
+    return ComboBox(label=label, choices=choices, nullable=nullable, tooltip=tooltip)
+
+
+def row(*widgets, label: str = "") -> Container:
+    return Container(widgets=list(widgets), layout="horizontal", labels=False, label=label)
+
+
+class Job:
+    """Runs one library call at a time in a napari thread worker for a widget."""
+
+    def __init__(self, owner: Sam3Widget) -> None:
+        self.owner = owner
+        self.worker = None
+        self.what = ""
+        self._cancelled = False
+
+    @property
+    def running(self) -> bool:
+        return self.worker is not None
+
+    def start(self, what: str, func: Callable, *args: Any, done: Callable | None = None, **kw):
+        """Run `func(*args, **kw)` in a worker; `done(result)` runs on the GUI thread and may
+        return the status line to show.
+
+        `func` may be a generator yielding `(done, total)` to drive the progress bar.
+        """
+        from napari.qt.threading import create_worker
+
+        if self.running:
+            raise RuntimeError(f"{self.what} is still running: wait for it or press Cancel")
+        self.what = what
+        self._cancelled = False
+        worker = create_worker(func, *args, _start_thread=False, _ignore_errors=True, **kw)
+        worker.returned.connect(lambda result: self._returned(worker, done, result))
+        worker.errored.connect(lambda error: self._errored(worker, error))
+        worker.finished.connect(lambda: self._finished(worker))
+        if hasattr(worker, "yielded"):
+            worker.yielded.connect(self._progress)
+        self.worker = worker
+        self.owner._busy(True, f"{what}…")
+        worker.start()
+        return worker
+
+    def cancel(self) -> None:
+        """Stop waiting for the running call: its result is dropped and the widget is free."""
+        if self.worker is None:
+            return
+        self._cancelled = True
+        self.worker.quit()
+        self.worker = None
+        self.owner._busy(False, f"{self.what}: cancelled")
+        self.owner._job_cancelled()
+
+    def _progress(self, value) -> None:
+        try:
+            done, total = value
+        except (TypeError, ValueError):
+            return
+        bar = self.owner.progress
+        bar.max = max(int(total), 1)
+        bar.value = min(int(done), bar.max)
+
+    def _returned(self, worker, done, result) -> None:
+        if worker is not self.worker or self._cancelled:
+            return
+        try:
+            message = done(result) if done is not None else None
+            self.owner.status.value = message or f"{self.what}: done"
+            self.owner.last_error = None
+        except Exception as error:  # noqa: BLE001 - shown to the analyst
+            self.owner.last_error = error
+            self.owner.status.value = notify_error(f"{self.what} failed", error)
+
+    def _errored(self, worker, error) -> None:
+        if worker is not self.worker or self._cancelled:
+            return
+        self.owner.last_error = error
+        self.owner.status.value = notify_error(f"{self.what} failed", error)
+
+    def _finished(self, worker) -> None:
+        if worker is not self.worker:
+            return
+        self.worker = None
+        self.owner._busy(False, self.owner.status.value)
+        self.owner._job_finished()
+
+
+class Sam3Widget(Container):
+    """Base of the SAM3 dock widgets: model line, status line, progress bar and Cancel."""
+
+    def __init__(self, napari_viewer) -> None:
+        super().__init__(labels=True)
+        self.viewer = napari_viewer
+        self.last_error: BaseException | None = None
+        self.model = Label(value=describe_client(STATE.client), label="Model")
+        self.model.native.setWordWrap(True)
+        self.status = Label(value="", label="Status")
+        self.status.native.setWordWrap(True)
+        self.progress = ProgressBar(min=0, max=0, visible=False, label="Progress")
+        self.cancel_button = PushButton(text="Cancel", visible=False)
+        self.cancel_button.changed.connect(self._cancel)
+        self.job = Job(self)
+        self._controls: list = []
+        STATE.changed.connect(self._client_changed)
+        # When Qt deletes the widget (its dock or the viewer closed), stop listening.
+        self.native.destroyed.connect(_forget(self._client_changed))
+        events = napari_viewer.layers.events
+        for event in (events.inserted, events.removed, events.moved, events.reordered):
+            event.connect(self._layers_changed)
+
+    def _footer(self) -> None:
+        """Append the shared status rows; call at the end of a subclass's __init__."""
+        self.extend([self.model, self.status, self.progress, self.cancel_button])
+
+    def _layers_changed(self, *_args) -> None:
+        self.reset_choices()
+
+    def _client_changed(self, client) -> None:
+        self.model.value = describe_client(client)
+
+    def _job_finished(self) -> None:
+        """Called on the GUI thread when a job has finished (after its result was shown)."""
+
+    def _job_cancelled(self) -> None:
+        """Called when the analyst cancels the running job."""
+
+    def _cancel(self, *_args) -> None:
+        self.job.cancel()
+
+    def _busy(self, busy: bool, message: str) -> None:
+        for control in self._controls:
+            control.enabled = not busy
+        self.progress.min, self.progress.max, self.progress.value = 0, 0, 0
+        self.progress.visible = busy
+        self.cancel_button.visible = busy
+        self.status.value = message
+
+    @property
+    def client(self):
+        return STATE.require()
+
+    def close(self) -> None:
+        STATE.changed.disconnect(self._client_changed)
+        self.job.cancel()
+        super().close()
+
+
+def _forget(callback):
+    def disconnect(*_args) -> None:
+        STATE.changed.disconnect(callback)
+
+    return disconnect

@@ -1,0 +1,349 @@
+"""napari layers <-> the library: images for the model, prompts in pixels, results as labels.
+
+No Qt here: these functions take layers and arrays and are what the widgets call before starting
+a job (reading layers happens on the GUI thread) and after it (building result layers).
+
+Pixel coordinates: napari puts pixel ``(r, c)``'s centre at data coordinate ``(r, c)``; the
+library's continuous pixel coordinates put it at ``(r + 0.5, c + 0.5)`` (docs/architecture.md,
+letterbox.py). Prompts are mapped layer data -> world -> image layer data -> + 0.5, so a shape or
+point drawn on a layer of any scale reaches the model in the image's pixels.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..napari_io import SAM3_KEY, crop_metadata
+
+FEATURE_COLUMNS = ["index", "score", "keyword", "prompt_kind"]
+POSITIVE = "positive"  # the bool feature telling positive from negative boxes and clicks
+
+
+@dataclass
+class ModelImage:
+    """What one widget run sends to the model, and how its results go back on the canvas."""
+
+    image: Any  # np.ndarray or napari_sam3.raster.Raster, 1 or 3 bands, the crop only
+    layer: Any  # the image layer results are placed against
+    offset: tuple[int, int]  # (row, col) of the crop's pixel 0 in the layer
+    shape: tuple[int, int]  # (rows, cols) of the crop
+    metadata: dict[str, Any]  # georeferencing of the crop (napari_io conventions)
+    stats: Any = None  # napari_sam3.stretch.StretchStats shown on screen, when known
+    description: str = ""
+    bands: list = field(default_factory=list)
+    nodata: float | None = None
+
+
+# ----------------------------------------------------------------------------- images
+
+
+def parse_bands(text: str) -> list[int | str] | None:
+    """'B04, B03, B02' or '4 3 2' -> band keys (1-based indices or names); '' -> None."""
+    items = [t for t in re.split(r"[,\s;]+", text.strip()) if t]
+    if not items:
+        return None
+    return [int(t) if t.isdigit() else t for t in items]
+
+
+def stack_members(viewer, layer) -> list:
+    """The band layers read from the same raster as `layer` (by band index), or [layer]."""
+    record = _record(layer)
+    stack = record.get("stack")
+    if not stack:
+        return [layer]
+    members = [
+        other
+        for other in viewer.layers
+        if getattr(other, "metadata", None) is not None and _record(other).get("stack") == stack
+    ]
+    return sorted(members, key=lambda m: _record(m).get("band_index", 0))
+
+
+def image_shape(layer) -> tuple[int, int]:
+    """(rows, cols) of an image layer's pixels (RGB last axis and band axes excluded)."""
+    shape = tuple(layer.data.shape)
+    if getattr(layer, "rgb", False):
+        return shape[-3], shape[-2]
+    return shape[-2], shape[-1]
+
+
+def model_image(viewer, layer, bands: str = "", region=None) -> ModelImage:
+    """The image (or the crop under `region`'s last shape) of `layer`, as the model takes it."""
+    from ..raster import Raster
+    from ..stretch import StretchStats
+
+    if layer is None:
+        raise ValueError("choose an image layer")
+    rows, cols = image_shape(layer)
+    r0, r1, c0, c1 = region_window(region, layer) if region is not None else (0, rows, 0, cols)
+    window = np.s_[r0:r1, c0:c1]
+    keys = parse_bands(bands)
+    meta = crop_metadata(layer.metadata, r0, c0)
+    description = layer.name
+    stats = None
+
+    if getattr(layer, "rgb", False):
+        if keys:
+            raise ValueError(f"{layer.name} is an RGB layer: leave 'bands' empty")
+        image = np.asarray(layer.data[window])[..., :3]
+        chosen: list = ["R", "G", "B"]
+    elif _record(layer).get("stack"):
+        members = stack_members(viewer, layer)
+        names = [str(_record(m).get("band", m.name)) for m in members]
+        wanted = keys or list(_record(layer).get("rgb_bands") or names[:3])
+        picked = [members[_band_position(k, names, layer.name)] for k in wanted]
+        if len(picked) not in (1, 3):
+            raise ValueError(f"choose 1 or 3 bands, got {len(picked)}: {wanted}")
+        chosen = [str(_record(m).get("band", m.name)) for m in picked]
+        data = np.stack([np.asarray(m.data[window]) for m in picked])
+        image = Raster(
+            data=data,
+            crs=None,
+            transform=_affine(meta.get("transform")),
+            nodata=layer.metadata.get("nodata"),
+            band_names=tuple(chosen),
+            path=tuple(),
+        )
+        stats = _stretch_stats(picked, chosen, StretchStats)
+        description = f"{layer.name} ({', '.join(chosen)})"
+    elif layer.data.ndim == 2:
+        if keys and keys not in ([1], [str(_record(layer).get("band"))]):
+            raise ValueError(f"{layer.name} has one band: leave 'bands' empty")
+        image = np.asarray(layer.data[window])
+        chosen = [str(_record(layer).get("band", layer.name))]
+        stats = _stretch_stats([layer], None, StretchStats)
+    elif layer.data.ndim == 3:
+        count = layer.data.shape[0]
+        if keys is None and count not in (1, 3):
+            raise ValueError(
+                f"{layer.name} has {count} bands along its first axis: "
+                "choose 3 (or 1) in 'bands', e.g. '4 3 2'"
+            )
+        positions = list(range(count)) if keys is None else keys
+        for k in positions if keys else []:
+            if not isinstance(k, int) or not 1 <= k <= count:
+                raise ValueError(f"band {k!r} is not an index 1..{count} of {layer.name}")
+        index = [p if keys is None else p - 1 for p in positions]
+        image = np.stack([np.asarray(layer.data[i][window]) for i in index])
+        chosen = [str(i + 1) for i in index]
+    else:
+        raise ValueError(f"{layer.name} has {layer.data.ndim} dimensions: choose a 2-D image")
+    if r1 <= r0 or c1 <= c0:
+        raise ValueError("the region does not overlap the image")
+    nodata = (layer.metadata or {}).get("nodata")
+    return ModelImage(
+        image, layer, (r0, c0), (r1 - r0, c1 - c0), meta, stats, description, chosen, nodata
+    )
+
+
+def prepare(client, target: ModelImage):
+    """The letterboxed model input; with the stretch shown on screen when the layer records it."""
+    from ..client import PreparedImage
+    from ..letterbox import Letterbox
+    from ..raster import Raster
+    from ..stretch import to_model_rgb
+
+    if target.stats is None:
+        return client.prepare(target.image)
+    nodata = None if isinstance(target.image, Raster) else target.nodata
+    rgb = to_model_rgb(target.image, stats=target.stats, nodata=nodata)
+    letterbox = Letterbox(rgb.shape[:2], client.image_size)
+    return PreparedImage(rgb, letterbox, letterbox.apply(rgb))
+
+
+def _stretch_stats(layers, names, stats_cls):
+    records = [_record(m).get("stretch") for m in layers]
+    if not records or any(not r for r in records):
+        return None
+    return stats_cls(
+        low=tuple(r["low"] for r in records),
+        high=tuple(r["high"] for r in records),
+        percentiles=tuple(records[0].get("percentiles", (2.0, 98.0))),
+        band_names=tuple(names) if names else None,
+    )
+
+
+def _band_position(key, names: list[str], layer_name: str) -> int:
+    if isinstance(key, int):
+        if not 1 <= key <= len(names):
+            raise ValueError(f"band {key} is out of range 1..{len(names)} ({', '.join(names)})")
+        return key - 1
+    lower = [n.lower() for n in names]
+    if key.lower() not in lower:
+        raise ValueError(f"{layer_name}: no band {key!r}; the bands are {', '.join(names)}")
+    return lower.index(key.lower())
+
+
+def _affine(values):
+    from rasterio.transform import Affine
+
+    return Affine.identity() if values is None else Affine(*values[:6])
+
+
+def _record(layer) -> dict[str, Any]:
+    metadata = getattr(layer, "metadata", None) or {}
+    record = metadata.get(SAM3_KEY)
+    return record if isinstance(record, dict) else {}
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+def to_pixels(coords, source, image) -> np.ndarray:
+    """(N, D) data coordinates of layer `source` -> (N, 2) continuous (row, col) image pixels."""
+    coords = np.atleast_2d(np.asarray(coords, dtype=np.float64))
+    out = np.empty((len(coords), 2))
+    for i, point in enumerate(coords):
+        world = source.data_to_world(point)
+        out[i] = np.asarray(image.world_to_data(world), dtype=np.float64)[-2:] + 0.5
+    return out
+
+
+def region_window(region, image) -> tuple[int, int, int, int]:
+    """(row0, row1, col0, col1): the image pixels under the last shape of a Shapes layer."""
+    if region is None or len(region.data) == 0:
+        raise ValueError(f"draw a rectangle on {getattr(region, 'name', 'the region layer')}")
+    pixels = to_pixels(region.data[-1], region, image)
+    rows, cols = image_shape(image)
+    r0 = int(np.clip(np.floor(pixels[:, 0].min()), 0, rows))
+    r1 = int(np.clip(np.ceil(pixels[:, 0].max()), 0, rows))
+    c0 = int(np.clip(np.floor(pixels[:, 1].min()), 0, cols))
+    c1 = int(np.clip(np.ceil(pixels[:, 1].max()), 0, cols))
+    if r1 <= r0 or c1 <= c0:
+        raise ValueError(f"the region on {region.name} does not overlap {image.name}")
+    return r0, r1, c0, c1
+
+
+def boxes_from_shapes(shapes, target: ModelImage) -> tuple[np.ndarray, np.ndarray]:
+    """Every shape's bounding box as [x1, y1, x2, y2] in the crop's pixels, and 1/0 labels
+    (the layer's ``positive`` feature, else its ``label`` feature, else all positive)."""
+    if shapes is None or len(shapes.data) == 0:
+        return np.zeros((0, 4)), np.zeros((0,), np.int64)
+    boxes = [box_from_vertices(vertices, shapes, target) for vertices in shapes.data]
+    return np.asarray(boxes, np.float64), shape_labels(shapes)
+
+
+def box_from_vertices(vertices, layer, target: ModelImage) -> np.ndarray:
+    """The bounding box of a shape's vertices (data coordinates of `layer`), in crop pixels."""
+    pixels = to_pixels(vertices, layer, target.layer)
+    (y1, x1), (y2, x2) = pixels.min(axis=0), pixels.max(axis=0)
+    r0, c0 = target.offset
+    return np.array([x1 - c0, y1 - r0, x2 - c0, y2 - r0])
+
+
+def shape_labels(layer) -> np.ndarray:
+    """1 (positive) / 0 (negative) per shape or point, from the layer's features."""
+    n = len(layer.data)
+    features = layer.features
+    if POSITIVE in features.columns:
+        return np.asarray(features[POSITIVE], bool).astype(np.int64)
+    if "label" in features.columns:
+        return (np.asarray(features["label"]) > 0).astype(np.int64)
+    return np.ones(n, np.int64)
+
+
+def point_xy(coords, layer, target: ModelImage) -> np.ndarray:
+    """A point (data coordinates of `layer`) as (x, y) in the crop's pixels."""
+    (row, col) = to_pixels(coords, layer, target.layer)[0]
+    return np.array([col - target.offset[1], row - target.offset[0]])
+
+
+def crop_of(labels_layer, target: ModelImage) -> np.ndarray:
+    """The part of a Labels layer on the target's pixel grid (same shape as the image layer)."""
+    check_same_grid(labels_layer, target.layer)
+    (r0, c0), (rows, cols) = target.offset, target.shape
+    return np.asarray(labels_layer.data[..., r0 : r0 + rows, c0 : c0 + cols])
+
+
+def check_same_grid(layer, image) -> None:
+    """`layer` must share the image layer's pixel grid (shape and placement)."""
+    shape = image_shape(image)
+    if tuple(layer.data.shape[-2:]) != shape:
+        raise ValueError(
+            f"{layer.name} has shape {tuple(layer.data.shape[-2:])} but {image.name} has {shape}: "
+            "use a labels layer made for this image (or let the widget make one)"
+        )
+    corners = np.array([[0.0, 0.0], [shape[0] - 1.0, shape[1] - 1.0]])
+    mine = np.array([layer.data_to_world(c) for c in corners])[:, -2:]
+    theirs = np.array([image.data_to_world(c) for c in corners])[:, -2:]
+    if not np.allclose(mine, theirs, rtol=0, atol=1e-6 * max(1.0, float(np.abs(theirs).max()))):
+        raise ValueError(f"{layer.name} is not placed on {image.name}'s pixels (scale/translate)")
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def results_to_labels(frame: pd.DataFrame, shape: tuple[int, int]):
+    """A results DataFrame -> int32 labels of `shape` (row ``i`` is label ``i + 1``, the
+    better-scored object on top where masks overlap) and the layer's features table."""
+    from ..gis import masks_to_labels
+
+    labels = masks_to_labels(frame, tuple(shape))
+    n = len(frame)
+    if "score" in frame:
+        score = np.asarray(frame["score"], np.float32)
+    else:  # interactive candidates carry the predicted IoU
+        score = np.asarray(frame["iou"] if "iou" in frame else np.full(n, np.nan), np.float32)
+    features = pd.DataFrame(
+        {
+            "index": np.arange(1, n + 1, dtype=np.int64),
+            "score": score,
+            "keyword": [str(k) for k in frame["keyword"]] if "keyword" in frame else [""] * n,
+            "prompt_kind": [str(k) for k in frame["prompt_kind"]]
+            if "prompt_kind" in frame
+            else [""] * n,
+        }
+    )
+    return labels, features
+
+
+def placement(image, offset: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """scale/translate/rotate/shear/affine putting a 2-D layer whose pixel (0, 0) is pixel
+    `offset` of `image` exactly on `image`'s pixels."""
+    from napari.utils.transforms import CompositeAffine
+
+    scale = np.asarray(image.scale, np.float64)[-2:]
+    translate = np.asarray(image.translate, np.float64)[-2:]
+    rotate = np.asarray(image.rotate, np.float64)[-2:, -2:]
+    shear = np.asarray(image.shear, np.float64)
+    shear = shear[-1:] if shear.ndim == 1 else shear[-2:, -2:]
+    linear = CompositeAffine(scale=scale, translate=(0.0, 0.0), rotate=rotate, shear=shear)
+    translate = translate + np.asarray(linear(np.asarray(offset, np.float64)))
+    affine = np.asarray(image.affine.affine_matrix, np.float64)
+    n = affine.shape[0] - 1
+    affine2 = np.eye(3)
+    affine2[:2, :2] = affine[n - 2 : n, n - 2 : n]
+    affine2[:2, 2] = affine[n - 2 : n, n]
+    return {
+        "scale": tuple(scale),
+        "translate": tuple(translate),
+        "rotate": rotate,
+        "shear": shear,
+        "affine": affine2,
+    }
+
+
+def result_layer_kwargs(
+    target: ModelImage, name: str, features: pd.DataFrame, **record: Any
+) -> dict[str, Any]:
+    """Keyword arguments of `viewer.add_labels` for a result on `target`'s crop."""
+    metadata = dict(target.metadata)
+    metadata[SAM3_KEY] = {
+        "version": 1,
+        "kind": "result",
+        "image_layer": target.layer.name,
+        "image": target.description,
+        "offset": list(target.offset),
+        **record,
+    }
+    return {
+        "name": name,
+        "features": features,
+        "metadata": metadata,
+        **placement(target.layer, target.offset),
+    }

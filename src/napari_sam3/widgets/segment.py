@@ -1,0 +1,161 @@
+"""Segment: a text prompt and/or exemplar boxes (positive and negative) -> a new labels layer."""
+
+from __future__ import annotations
+
+from magicgui.widgets import CheckBox, FloatSpinBox, LineEdit, PushButton, SpinBox
+from napari.layers import Image, Shapes
+
+from . import _layers
+from ._common import Sam3Widget, layer_combo, reports_errors, row
+
+EXEMPLAR_LAYER = "SAM3 exemplars"
+POSITIVE_COLOR, NEGATIVE_COLOR = "lime", "red"
+
+
+def thresholds(widget) -> dict:
+    """The score/mask thresholds, max detections and dedup of a widget (dedup 0 = off)."""
+    dedup = float(widget.dedup.value)
+    return {
+        "score_thr": float(widget.score_thr.value),
+        "mask_thr": float(widget.mask_thr.value),
+        "max_det": int(widget.max_det.value),
+        "dedup": dedup if dedup > 0 else None,
+    }
+
+
+def add_threshold_fields(widget) -> list:
+    widget.score_thr = FloatSpinBox(value=0.5, min=0.0, max=1.0, step=0.05, label="Score threshold")
+    widget.mask_thr = FloatSpinBox(value=0.5, min=0.05, max=0.95, step=0.05, label="Mask threshold")
+    widget.max_det = SpinBox(value=100, min=1, max=1000, label="Max detections")
+    widget.dedup = FloatSpinBox(
+        value=0.85,
+        min=0.0,
+        max=1.0,
+        step=0.05,
+        label="Dedup IoU",
+        tooltip="Drop a mask overlapping a better one by more than this IoU (0 = keep all)",
+    )
+    return [widget.score_thr, widget.mask_thr, widget.max_det, widget.dedup]
+
+
+def add_image_fields(widget, viewer) -> list:
+    widget.image = layer_combo(viewer, Image, "Image")
+    widget.bands = LineEdit(
+        value="",
+        label="Bands",
+        tooltip="1 or 3 bands for the model, names or 1-based indices, e.g. B08 B04 B03; "
+        "empty: the layer's true colour",
+    )
+    widget.region = layer_combo(
+        viewer,
+        Shapes,
+        "Region",
+        nullable=True,
+        tooltip="Optional: the last rectangle of this Shapes layer crops the image",
+    )
+    return [widget.image, widget.bands, widget.region]
+
+
+def new_exemplar_layer(viewer, name: str = EXEMPLAR_LAYER, placed_on=None) -> Shapes:
+    """A Shapes layer for exemplar boxes with a `positive` feature (green +, red -)."""
+    import pandas as pd
+
+    kwargs = {} if placed_on is None else _layers.placement(placed_on)
+    layer = viewer.add_shapes(
+        name=name,
+        ndim=2,
+        features=pd.DataFrame({_layers.POSITIVE: pd.Series(dtype=bool)}),
+        edge_color=POSITIVE_COLOR,
+        face_color="transparent",
+        edge_width=2,
+        **kwargs,
+    )
+    layer.feature_defaults[_layers.POSITIVE] = True
+    layer.mode = "add_rectangle"
+    return layer
+
+
+def set_negative(layer, negative: bool) -> None:
+    """The next boxes (or clicks) drawn on `layer` are negative (or positive)."""
+    layer.feature_defaults[_layers.POSITIVE] = not negative
+    color = NEGATIVE_COLOR if negative else POSITIVE_COLOR
+    if isinstance(layer, Shapes):
+        layer.current_edge_color = color
+    else:
+        layer.current_face_color = color
+
+
+class SegmentWidget(Sam3Widget):
+    """Everything a text prompt and/or exemplar boxes name in the image, as a new labels layer."""
+
+    def __init__(self, napari_viewer) -> None:
+        super().__init__(napari_viewer)
+        image_fields = add_image_fields(self, napari_viewer)
+        self.prompt = LineEdit(
+            value="", label="Text prompt", tooltip="e.g. building; empty: exemplar boxes only"
+        )
+        self.exemplars = layer_combo(
+            napari_viewer,
+            Shapes,
+            "Exemplars",
+            nullable=True,
+            tooltip="Boxes on a Shapes layer; its 'positive' feature marks negatives (red)",
+        )
+        self.new_exemplars = PushButton(text="New exemplar layer")
+        self.negative = CheckBox(value=False, text="Draw negative boxes")
+        self.run_button = PushButton(text="Segment")
+        self.new_exemplars.changed.connect(self._new_exemplars)
+        self.negative.changed.connect(self._negative_changed)
+        self.run_button.changed.connect(self.run)
+        self.extend(
+            [
+                *image_fields,
+                self.prompt,
+                self.exemplars,
+                row(self.new_exemplars, self.negative),
+                *add_threshold_fields(self),
+                self.run_button,
+            ]
+        )
+        self._footer()
+        self._controls = [self.run_button]
+        self.reset_choices()
+
+    def _new_exemplars(self, *_args) -> None:
+        layer = new_exemplar_layer(self.viewer, placed_on=self.image.value)
+        set_negative(layer, bool(self.negative.value))
+        self.reset_choices()
+        self.exemplars.value = layer
+
+    def _negative_changed(self, *_args) -> None:
+        if self.exemplars.value is not None:
+            set_negative(self.exemplars.value, bool(self.negative.value))
+
+    @reports_errors("Segment failed")
+    def run(self, *_args) -> None:
+        client = self.client
+        target = _layers.model_image(
+            self.viewer, self.image.value, self.bands.value, self.region.value
+        )
+        prompt = self.prompt.value.strip() or None
+        boxes, labels = _layers.boxes_from_shapes(self.exemplars.value, target)
+        if prompt is None and len(boxes) == 0:
+            raise ValueError("type a text prompt, or draw exemplar boxes on the Exemplars layer")
+        if len(boxes) and not labels.any():
+            raise ValueError("a visual query needs at least one positive box")
+        options = thresholds(self)
+        exemplar = {"exemplar_boxes": boxes, "exemplar_labels": labels} if len(boxes) else {}
+
+        def work():
+            prepared = _layers.prepare(client, target)
+            return client.segment(prepared, prompt=prompt, **exemplar, **options)
+
+        name = f"SAM3 {prompt}" if prompt else "SAM3 visual query"
+        what = f"Segmenting '{prompt}'" if prompt else "Segmenting the exemplars"
+        self.job.start(what, work, done=lambda frame: self._show(frame, target, name, prompt))
+
+    def _show(self, frame, target, name, prompt) -> str:
+        labels, features = _layers.results_to_labels(frame, target.shape)
+        kwargs = _layers.result_layer_kwargs(target, name, features, prompt=prompt or "")
+        self.result = self.viewer.add_labels(labels, **kwargs)
+        return f"{len(frame)} object(s) -> layer '{self.result.name}'"
