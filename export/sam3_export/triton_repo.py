@@ -190,7 +190,11 @@ def write_repository(
     dec_in, dec_out = sig[contract.DECODER]
     ct_in, _ = sig[contract.DECODER_CT]
     ce_in, ce_out = sig[contract.CONCEPT_ENCODER]
-    exemplar_in = [e for e in dec_in if e[0] in (contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.EXEMPLAR_VALID)]
+    exemplar_in = [
+        e
+        for e in dec_in
+        if e[0] in (contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.EXEMPLAR_VALID)
+    ]
     concept_in = [e for e in ct_in if e[0] in contract.CONCEPT_OUTPUTS]
 
     post = _config(contract.POSTPROCESS, dec_out + options, _result_outputs(), option_names)
