@@ -1,0 +1,52 @@
+"""The client package stands without torch, and its wheel carries the napari manifest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_client_side_never_imports_torch():
+    modules = [
+        "napari_sam3.client",
+        "napari_sam3.scene",
+        "napari_sam3.gis",
+        "napari_sam3.serve",
+        "napari_sam3.cli",
+        "napari_sam3.engines.triton",
+        "napari_sam3.automatic",
+        "napari_sam3.napari_io",
+    ]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'sam3', 'sam3_export'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_wheel_ships_the_manifest_as_a_file(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("napari_sam3-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        manifest = yaml.safe_load(archive.read("napari_sam3/napari.yaml"))
+        entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert manifest == yaml.safe_load((ROOT / "napari.yaml").read_text())
+    assert manifest["name"] == "napari-sam3"
+    assert "napari_sam3/data/bpe_simple_vocab_16e6.txt.gz" in names
+    assert "napari_sam3/triton_models/triton_adapter.py" in names
+    assert "napari-sam3 = napari_sam3:napari.yaml" in entry_points
+    assert not any(n.startswith(("torch", "sam3_export")) for n in names)
