@@ -97,7 +97,8 @@ MULTI_OUTPUTS = (*RESULT_OUTPUTS, KEYWORD_COUNTS)
 # -- interactive (PVS) decoder and the `sam3_interactive` model. The graphs come from
 # sam3_export.graphs.pvs_decoder (its module docstring describes the prompt semantics).
 PVS_POINTS = 16  # point slots per prompt (the official tracker caps prompts at 16 points)
-PVS_GRID_BATCH = 16  # single-point prompts per call of the grid graph
+PVS_GRID_BATCH = 4  # prompts per grid call (full size, 1 thread: 75 CPU-ms/prompt at 4, 88 at 16)
+PVS_GRID_POINTS = 1  # point slots per grid prompt: one click each
 IMAGE_ID = "image_id"
 PVS_POINT_COORDS = "point_coords"  # float32 [B, P, 2], x, y in model-input pixels
 PVS_POINT_LABELS = "point_labels"  # float32 [B, P]: 1 positive, 0 negative, -1 empty slot
@@ -309,7 +310,11 @@ def graph_io(name: str, sizes: Sizes | Mapping[str, Any]) -> GraphIO:
 
 
 def pvs_graph_io(
-    name: str, sizes: Sizes, points: int = PVS_POINTS, grid_batch: int = PVS_GRID_BATCH
+    name: str,
+    sizes: Sizes,
+    points: int = PVS_POINTS,
+    grid_batch: int = PVS_GRID_BATCH,
+    grid_points: int = PVS_GRID_POINTS,
 ) -> GraphIO:
     """Inputs and outputs of `sam3_pvs_decoder` (batch 1) or `sam3_pvs_decoder_grid`."""
     m = sizes.mask_size
@@ -318,8 +323,8 @@ def pvs_graph_io(
         b = grid_batch
         inputs = (
             *features,
-            TensorSpec(PVS_POINT_COORDS, "float32", (b, points, 2)),
-            TensorSpec(PVS_POINT_LABELS, "float32", (b, points)),
+            TensorSpec(PVS_POINT_COORDS, "float32", (b, grid_points, 2)),
+            TensorSpec(PVS_POINT_LABELS, "float32", (b, grid_points)),
         )
         outputs = (
             TensorSpec(PVS_DECODER_MASKS, "float32", (b, 3, m, m)),

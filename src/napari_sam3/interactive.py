@@ -69,8 +69,8 @@ class InteractiveSession:
             raise ValueError(
                 f"point ({point[0]:g}, {point[1]:g}) lies outside the {cols}x{rows} image"
             )
-        if len(self._state.points) >= int(self.manifest["pvs_points"]) - 1:
-            raise ValueError(f"at most {int(self.manifest['pvs_points']) - 1} points per object")
+        if len(self._state.points) >= int(self.manifest["pvs_points"]):
+            raise ValueError(f"at most {int(self.manifest['pvs_points'])} points per object")
         model_xy = self.letterbox.points_to_model(point[None])[0]
         state = replace(
             self._state,

@@ -172,3 +172,20 @@ def test_bad_inputs_get_clear_errors(local_client, s2_crop):
         session.undo()
     with pytest.raises(FileNotFoundError, match="sam3-export"):
         Sam3Client.local("no/such/repository")
+
+
+def test_everything_reuses_the_encoder_and_returns_full_frame_masks(local_client, s2_crop):
+    rows, cols = s2_crop.data.shape[1:]
+    session = local_client.interactive(s2_crop)
+    relaxed = {"pred_iou_thresh": 0.0, "stability_score_thresh": 0.0, "min_area": 1}
+    df = session.everything(points_per_side=4, **relaxed)
+    assert 0 < len(df) <= 4 * 4 * 3
+    assert set(df["prompt_kind"]) == {"everything"}
+    assert np.all(np.diff(df["iou"].values) <= 0)
+    for mask, box in zip(df["mask"], df["box"], strict=True):
+        dense = np.asarray(mask)
+        assert dense.shape == (rows, cols) and dense.any()
+        ys, xs = np.nonzero(dense)
+        assert xs.min() >= box[0] - 2 and xs.max() <= box[2] + 2
+    strict = session.everything(points_per_side=4, **{**relaxed, "pred_iou_thresh": 0.99})
+    assert len(strict) < len(df)

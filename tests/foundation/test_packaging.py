@@ -43,7 +43,9 @@ def test_wheel_ships_the_manifest_as_a_file(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         manifest = yaml.safe_load(archive.read("napari_sam3/napari.yaml"))
-        entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+        entry_points = archive.read(
+            next(n for n in names if n.endswith("entry_points.txt"))
+        ).decode()
     assert manifest == yaml.safe_load((ROOT / "napari.yaml").read_text())
     assert manifest["name"] == "napari-sam3"
     assert "napari_sam3/data/bpe_simple_vocab_16e6.txt.gz" in names

@@ -1,0 +1,379 @@
+"""`sam3_pvs_decoder`: SAM3's interactive (PVS) head as a static-shape graph.
+
+Inputs: the interactive neck's three levels (as the unified encoder writes them), then a prompt
+in fixed slots. Outputs: 3 candidate masks as low-res logits and their predicted IoU (the
+official `predict(multimask_output=True)`), plus the single-mask output
+(`multimask_output=False`, with the official fall-back to the best candidate when token 0 is
+unstable), which SAM recommends once a prompt has several points.
+
+Prompt slots (coordinates in model-input pixels, 0..S, like every coordinate of the contract):
+
+- `point_coords` [B,P,2] (x, y) and `point_labels` [B,P] float32: 1 positive, 0 negative,
+  -1 an empty slot. Any other label is an empty slot too.
+- `box` [B,4] xyxy and `has_box` [B] bool.
+- `mask_input` [B,1,m,m] low-res logits (the previous best `pvs_masks` row, or a painted seed
+  mask as +-10 logits) and `has_mask` [B] bool.
+
+Exactness with static shapes. The official predictor builds a variable-length token list: the
+box corners (labels 2, 3), then the points, then one padding point (label -1) that SAM always
+appends; with no point and no box there are no prompt tokens at all. A padding token is NOT
+neutral in SAM (it is a token every attention sees), so empty slots cannot simply be filled with
+label -1. Here the token list is [box corners, P point slots, SAM's padding point] and every
+token that the official predictor would not have is removed from the attention as a key (in the
+token self-attention and in the image-to-token attention; tokens are never keys elsewhere).
+Masked tokens still compute garbage as queries, which nothing reads. The result equals the
+official predictor up to float rounding.
+
+Documented clipping (the graph never fails on values; the client refuses bad prompts first):
+points and boxes are clamped to [0, S]; a box's corners are sorted (an inverted box becomes its
+upright twin; a zero-area box is two identical corners, as the official predictor would embed it);
+`mask_input` is clamped to [-32, 32], the range the official predictor clamps the logits it
+returns to before they are fed back, so refinement from `pvs_masks` (returned unclamped, so that
+upscaling them matches the official full-resolution masks) is the official refinement.
+
+The image features enter with batch 1 and are broadcast inside the graph: a batch of prompts never
+copies them. `sam3_pvs_decoder_grid` is the same head for the automatic ("everything") mode
+(`napari_sam3.automatic`): `PVS_GRID_BATCH` (4) prompts of `PVS_GRID_POINTS` (1) point each,
+no box slots, no mask input, multimask outputs only. Two graphs because shapes are static: a
+click must not pay for a batch.
+
+Names and shapes are `napari_sam3.contract`'s (`pvs_graph_io`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from napari_sam3 import contract
+
+from ..pvs_model import tracker_of
+
+PVS_GRID_POINTS = contract.PVS_GRID_POINTS
+# Prompts per grid call. Measured at full size, one thread: 75 CPU-ms per prompt at batch 1 or
+# 4, 82 at 8, 88 at 16 (the [B, 32, 288, 288] intermediates stop fitting in cache).
+PVS_GRID_BATCH = contract.PVS_GRID_BATCH
+MASK_INPUT_CLAMP = 32.0  # the official predictor clamps returned low-res logits to +-32
+
+
+def _masked_attention(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, valid: Tensor) -> Tensor:
+    """The official `sam3.sam.transformer.Attention` over only the keys where `valid` [B,Nk].
+
+    Key 0 must be valid (it is an output token). Every other key is replaced by a copy of key 0
+    (key and value), and key 0 with its n copies each get a logit bias of -log(1 + n): together
+    they weigh exactly what key 0 alone weighs, so the softmax over the real keys is the
+    official one (up to rounding). This costs one broadcast add on the [B, heads, Nq, Nk]
+    logits; a -inf mask would too, but then exp underflows, which sends ONNX Runtime's Softmax
+    down a slow path (20x on [1,8,5184,26]), and a mask relative to the row maximum costs
+    three passes over the logits.
+    """
+    heads = attn.num_heads
+    q = attn._separate_heads(attn.q_proj(q), heads)
+    k = attn._separate_heads(attn.k_proj(k), heads)
+    v = attn._separate_heads(attn.v_proj(v), heads)
+    keep = valid[:, None, :, None]
+    k = torch.where(keep, k, k[:, :, :1])
+    v = torch.where(keep, v, v[:, :, :1])
+    copies = (~valid).sum(dim=-1, keepdim=True).to(q.dtype)  # [B, 1]
+    shares = torch.cat([torch.ones_like(valid[:, :1]), ~valid[:, 1:]], dim=1)
+    bias = torch.where(shares, -torch.log1p(copies), 0.0)[:, None, None, :]
+    logits = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + bias
+    out = logits.softmax(dim=-1) @ v
+    return attn.out_proj(attn._recombine_heads(out))
+
+
+def _unfused_add(x: Tensor, y: Tensor) -> Tensor:
+    """`x + y`, written `x - (-y)`: the same bits in IEEE arithmetic, but not the Add that
+    ONNX Runtime fuses with the following LayerNorm into its CPU SkipLayerNormalization kernel,
+    measured 5.5x slower than Add + LayerNormalization on [1, 5184, 256] (ORT 1.32); per click
+    at full size, 2 threads: 53 ms with the fusion, 47.5 ms without."""
+    return x - (-y)
+
+
+class PvsDecoder(nn.Module):
+    """Prompt encoder + mask decoder of the official tracker: fixed slots, one image."""
+
+    def __init__(self, model_or_parts: object) -> None:
+        super().__init__()
+        tracker = tracker_of(model_or_parts)
+        self.prompt_encoder = tracker.sam_prompt_encoder
+        self.mask_decoder = tracker.sam_mask_decoder
+        self.no_mem_embed = tracker.no_mem_embed
+        self.image_size = int(tracker.image_size)
+        if not self.mask_decoder.use_high_res_features:
+            raise ValueError("SAM3's interactive head uses the high-resolution levels")
+
+    # -- prompt encoding ------------------------------------------------------------------------
+    def _sparse(
+        self,
+        point_coords: Tensor,
+        point_labels: Tensor,
+        box: Tensor | None = None,
+        has_box: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Token embeddings [B, (2)+P+1, C] and their validity (the official token list)."""
+        b = point_coords.shape[0]
+        s = float(self.image_size)
+        labels = point_labels.float()
+        is_point = (labels == 0) | (labels == 1)
+        labels = torch.where(is_point, labels, torch.full_like(labels, -1.0))
+        # Empty slots are zeroed first: whatever they hold (even NaN) must not reach a value
+        # that the masked attention still multiplies by its tiny weight.
+        coords = torch.where(is_point[..., None], point_coords.float(), 0.0).clamp(0.0, s)
+        any_prompt = is_point.any(dim=1)
+        parts_coords, parts_labels, parts_valid = [], [], []
+        if box is not None:
+            box = torch.where(has_box[:, None], box.float(), 0.0).clamp(0.0, s)
+            x1 = torch.minimum(box[:, 0], box[:, 2])
+            x2 = torch.maximum(box[:, 0], box[:, 2])
+            y1 = torch.minimum(box[:, 1], box[:, 3])
+            y2 = torch.maximum(box[:, 1], box[:, 3])
+            parts_coords.append(torch.stack([x1, y1, x2, y2], dim=-1).reshape(b, 2, 2))
+            parts_labels.append(torch.tensor([2.0, 3.0]).expand(b, 2))
+            parts_valid.append(has_box[:, None].expand(b, 2))
+            any_prompt = any_prompt | has_box
+        parts_coords += [coords, torch.zeros(b, 1, 2)]
+        parts_labels += [labels, torch.full((b, 1), -1.0)]
+        parts_valid += [is_point, any_prompt[:, None]]
+        # The official code path: box corners are points labelled 2 and 3, and SAM's padding
+        # point is already in the list (hence pad=False).
+        tokens = self.prompt_encoder._embed_points(
+            torch.cat(parts_coords, dim=1), torch.cat(parts_labels, dim=1), pad=False
+        )
+        return tokens, torch.cat(parts_valid, dim=1)
+
+    def _dense(self, mask_input: Tensor, has_mask: Tensor) -> Tensor:
+        mask = mask_input.float().clamp(-MASK_INPUT_CLAMP, MASK_INPUT_CLAMP)
+        embedded = self.prompt_encoder._embed_masks(mask)
+        no_mask = self.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1)
+        return torch.where(has_mask[:, None, None, None], embedded, no_mask)  # broadcast
+
+    # -- the two-way transformer with key masking -----------------------------------------------
+    def _two_way(
+        self, src: Tensor, pos: Tensor, tokens: Tensor, valid: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """`TwoWayTransformer.forward` of the official module, keys masked where SAM has none."""
+        transformer = self.mask_decoder.transformer
+        keys = src.flatten(2).permute(0, 2, 1)
+        key_pe = pos.flatten(2).permute(0, 2, 1)  # batch 1, broadcast over prompts
+        queries = tokens
+        for layer in transformer.layers:
+            if layer.skip_first_layer_pe:
+                queries = _masked_attention(layer.self_attn, queries, queries, queries, valid)
+            else:
+                q = queries + tokens
+                queries = queries + _masked_attention(layer.self_attn, q, q, queries, valid)
+            queries = layer.norm1(queries)
+
+            q = queries + tokens
+            k = keys + key_pe
+            queries = layer.norm2(queries + layer.cross_attn_token_to_image(q=q, k=k, v=keys))
+            queries = layer.norm3(queries + layer.mlp(queries))
+
+            q = queries + tokens
+            k = keys + key_pe
+            attn = _masked_attention(layer.cross_attn_image_to_token, k, q, queries, valid)
+            keys = layer.norm4(_unfused_add(keys, attn))
+
+        q = queries + tokens
+        k = keys + key_pe
+        queries = queries + transformer.final_attn_token_to_image(q=q, k=k, v=keys)
+        return transformer.norm_final_attn(queries), keys
+
+    # -- the mask decoder ------------------------------------------------------------------------
+    def _decode(
+        self,
+        feat_s0: Tensor,
+        feat_s1: Tensor,
+        image_embed: Tensor,
+        sparse: Tensor,
+        valid: Tensor,
+        dense: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """`MaskDecoder.predict_masks` for B prompts on one image: all 4 masks and IoUs."""
+        md = self.mask_decoder
+        b = sparse.shape[0]
+        weights = [md.iou_token.weight, md.mask_tokens.weight]
+        s = 0
+        if md.pred_obj_scores:
+            weights.insert(0, md.obj_score_token.weight)
+            s = 1
+        output_tokens = torch.cat(weights, dim=0)
+        n_out = output_tokens.shape[0]
+        tokens = torch.cat([output_tokens.unsqueeze(0).expand(b, -1, -1), sparse], dim=1)
+        valid = torch.cat([torch.ones(b, n_out, dtype=torch.bool), valid], dim=1)
+
+        src = image_embed + dense  # [1,C,e,e] + [B,C,e,e]
+        pos = self.prompt_encoder.get_dense_pe()
+        _, c, h, w = src.shape
+        hs, src = self._two_way(src, pos, tokens, valid)
+        iou_token_out = hs[:, s, :]
+        mask_tokens_out = hs[:, s + 1 : s + 1 + md.num_mask_tokens, :]
+
+        src = src.transpose(1, 2).reshape(b, c, h, w)
+        dc1, ln1, act1, dc2, act2 = md.output_upscaling
+        upscaled = act1(ln1(dc1(src) + feat_s1))
+        upscaled = act2(dc2(upscaled) + feat_s0)
+
+        hyper_in = torch.stack(
+            [mlp(mask_tokens_out[:, i, :]) for i, mlp in enumerate(md.output_hypernetworks_mlps)],
+            dim=1,
+        )
+        _, c2, h2, w2 = upscaled.shape
+        masks = (hyper_in @ upscaled.reshape(b, c2, h2 * w2)).reshape(b, -1, h2, w2)
+        iou = md.iou_prediction_head(iou_token_out)
+        return masks, iou
+
+    def forward(
+        self,
+        pvs_fpn_0: Tensor,
+        pvs_fpn_1: Tensor,
+        pvs_fpn_2: Tensor,
+        point_coords: Tensor,
+        point_labels: Tensor,
+        box: Tensor,
+        has_box: Tensor,
+        mask_input: Tensor,
+        has_mask: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        sparse, valid = self._sparse(point_coords, point_labels, box, has_box)
+        dense = self._dense(mask_input, has_mask)
+        masks, iou = self._decode(
+            pvs_fpn_0, pvs_fpn_1, self._image_embed(pvs_fpn_2), sparse, valid, dense
+        )
+        single_mask, single_iou = self.mask_decoder._dynamic_multimask_via_stability(masks, iou)
+        return masks[:, 1:], iou[:, 1:], single_mask, single_iou
+
+    def _image_embed(self, pvs_fpn_2: Tensor) -> Tensor:
+        # `Sam3Image.predict_inst` adds the "no memory" embedding to the lowest-res level.
+        return pvs_fpn_2 + self.no_mem_embed.reshape(1, -1, 1, 1)
+
+
+class PvsGridDecoder(PvsDecoder):
+    """The automatic mode's head: B point prompts, no box slots, no mask input."""
+
+    def forward(  # type: ignore[override]
+        self,
+        pvs_fpn_0: Tensor,
+        pvs_fpn_1: Tensor,
+        pvs_fpn_2: Tensor,
+        point_coords: Tensor,
+        point_labels: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        sparse, valid = self._sparse(point_coords, point_labels)
+        # One dense embedding for every prompt: the image side of the first attention layer is
+        # then computed once, not B times (broadcasting).
+        dense = self.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1)
+        masks, iou = self._decode(
+            pvs_fpn_0, pvs_fpn_1, self._image_embed(pvs_fpn_2), sparse, valid, dense
+        )
+        return masks[:, 1:], iou[:, 1:]
+
+
+# -- shapes and export ---------------------------------------------------------------------------
+def _sizes(tracker) -> contract.Sizes:
+    # Only image_size and d_model shape the PVS graphs.
+    return contract.Sizes(
+        image_size=int(tracker.image_size),
+        d_model=int(tracker.hidden_dim),
+        num_queries=0,
+        patch_size=int(tracker.backbone_stride),
+    )
+
+
+def pvs_graph_io(
+    name: str,
+    model_or_parts: object,
+    points: int = contract.PVS_POINTS,
+    grid_batch: int = PVS_GRID_BATCH,
+) -> contract.GraphIO:
+    """The contract's signature of one PVS graph for this model (the grid: 1 point slot)."""
+    sizes = _sizes(tracker_of(model_or_parts))
+    return contract.pvs_graph_io(name, sizes, points=points, grid_batch=grid_batch)
+
+
+def example_inputs(io: contract.GraphIO, image_size: int, seed: int = 0) -> tuple[Tensor, ...]:
+    """Plausible inputs: random features, a positive and a negative click, a box, a mask."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for t in io.inputs:
+        if t.name in contract.PVS_FEATURES or t.name == contract.PVS_MASK_INPUT:
+            out.append(torch.randn(t.shape, generator=gen))
+        elif t.name == contract.PVS_POINT_COORDS:
+            out.append(torch.rand(t.shape, generator=gen) * image_size)
+        elif t.name == contract.PVS_POINT_LABELS:
+            labels = torch.full(t.shape, -1.0)
+            labels[:, 0] = 1.0
+            if t.shape[1] > 1:
+                labels[:, 1] = 0.0
+            out.append(labels)
+        elif t.name == contract.PVS_BOX:
+            out.append(torch.tensor([[0.2, 0.3, 0.7, 0.8]]).expand(t.shape) * image_size)
+        elif t.name in (contract.PVS_HAS_BOX, contract.PVS_HAS_MASK):
+            out.append(torch.ones(t.shape, dtype=torch.bool))
+        else:
+            raise KeyError(f"no example for {t.name}")
+    return tuple(out)
+
+
+def graph_exports(
+    build: object, points: int = contract.PVS_POINTS, grid_batch: int = PVS_GRID_BATCH
+) -> list:
+    """The two PVS graphs as `sam3_export.graphs.GraphExport`s (for `pipeline.export_all`).
+
+    `build`: a `model.Sam3Build`, a `Sam3Image` with its interactive predictor, the predictor
+    or the tracker.
+    """
+    from . import GraphExport
+
+    tracker = tracker_of(build)
+    out = []
+    for name, cls in (
+        (contract.PVS_DECODER, PvsDecoder),
+        (contract.PVS_GRID_DECODER, PvsGridDecoder),
+    ):
+        io = pvs_graph_io(name, tracker, points, grid_batch)
+        args = example_inputs(io, tracker.image_size)
+        out.append(GraphExport(name, cls(tracker), args, io.input_names, io.output_names))
+    return out
+
+
+def export_pvs_decoder(
+    model_or_parts: object,
+    out_dir: str | Path,
+    size: str | int | None = None,
+    points: int = contract.PVS_POINTS,
+    grid_batch: int = PVS_GRID_BATCH,
+) -> dict[str, contract.GraphIO]:
+    """Write `sam3_pvs_decoder` and `sam3_pvs_decoder_grid` into the model repository `out_dir`
+    (`<name>/1/model.onnx`); return their tensor specs.
+
+    Sizes come from the model; `size`, when an int, must equal its image size (a size name such
+    as "tiny" is accepted unchecked).
+    """
+    from ..onnx_io import export_graph
+
+    tracker = tracker_of(model_or_parts)
+    if isinstance(size, int) and size != tracker.image_size:
+        raise ValueError(f"size {size} != the interactive head's image size {tracker.image_size}")
+    specs = {}
+    for graph in graph_exports(tracker, points, grid_batch):
+        export_graph(graph, out_dir)
+        specs[graph.name] = pvs_graph_io(graph.name, tracker, points, grid_batch)
+    return specs
+
+
+def manifest_entries(
+    build: object, points: int = contract.PVS_POINTS, grid_batch: int = PVS_GRID_BATCH
+) -> dict:
+    """What `sam3_manifest.json` records about the PVS graphs."""
+    tracker = tracker_of(build)
+    return {
+        "pvs_points": points,
+        "pvs_grid_batch": grid_batch,
+        "pvs_grid_points": PVS_GRID_POINTS,
+        "pvs_mask_input_size": 4 * (tracker.image_size // tracker.backbone_stride),
+    }
