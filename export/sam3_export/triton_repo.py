@@ -249,11 +249,12 @@ def write_repository(
         written.append(config.name)
 
     tokens = contract.TEXT_TOKENS
+    batched_concepts = [(n, t, [-1, *d[1:]]) for n, t, d in concept_in]
     multi = _config(
         contract.MULTI,
-        enc_in + [(contract.TOKEN_IDS, "TYPE_INT64", [-1, tokens])] + options,
+        enc_in + [(contract.TOKEN_IDS, "TYPE_INT64", [-1, tokens])] + batched_concepts + options,
         _result_outputs() + [(contract.KEYWORD_COUNTS, "TYPE_INT32", [-1])],
-        option_names,
+        option_names + [n for n, _, _ in batched_concepts],
     )
     _set_parameters(
         multi, {**params, contract.MANIFEST_PARAMETER: json.dumps(manifest, sort_keys=True)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,36 +209,49 @@ class Sam3Client:
     def multi(
         self,
         image: ImageLike | PreparedImage,
-        keywords: Sequence[str],
+        keywords: Sequence[str] = (),
         score_thr: float | None = None,
         mask_thr: float | None = None,
         max_det: int | None = None,
         dedup: float | None = 0.85,
         bands: Sequence[int | str] | None = None,
+        concepts: Sequence[Concept | tuple[str, Concept]] | Mapping[str, Concept] | None = None,
     ) -> pd.DataFrame:
-        """Several keywords on ONE vision pass; a `keyword` column tells them apart."""
+        """Several keywords (and concepts) on ONE vision pass; a `keyword` column tells them apart.
+
+        `concepts`: Concepts (their `keyword` is the concept's name, or `concept_<i>`), (name,
+        Concept) pairs, or a {name: Concept} mapping; they share the vision pass with the keywords.
+        """
         if isinstance(keywords, str):
             raise TypeError("keywords must be a list of strings, e.g. ['building', 'road']")
         keywords = list(keywords)
-        if not keywords:
+        named = _named_concepts(concepts, self.model_id)
+        if not keywords and not named:
             raise ValueError("keywords is empty: give at least one, e.g. ['building']")
         bad = [k for k in keywords if not isinstance(k, str) or not k.strip()]
         if bad:
             raise ValueError(f"every keyword must be a non-empty string, got {bad!r}")
         limit = int(self.manifest["max_keywords"])
-        if len(keywords) > limit:
-            raise ValueError(f"at most {limit} keywords per call, got {len(keywords)}")
+        if len(keywords) + len(named) > limit:
+            raise ValueError(
+                f"at most {limit} keywords and concepts per call, got {len(keywords) + len(named)}"
+            )
         _check_dedup(dedup)
         options = self._thresholds(score_thr, mask_thr, max_det)
         prepared = self._as_prepared(image, bands)
-        inputs = {contract.IMAGES: prepared.images_u8, contract.TOKEN_IDS: tokenize(keywords)}
+        texts = keywords + [contract.VISUAL_PROMPT] * len(named)
+        inputs = {contract.IMAGES: prepared.images_u8, contract.TOKEN_IDS: tokenize(texts)}
+        if named:
+            for name_ in contract.CONCEPT_OUTPUTS:
+                inputs[name_] = np.concatenate([c.tensors()[name_] for _, c in named])
         inputs.update(options)
+        queries = [(k, "text") for k in keywords] + [(n, "concept") for n, _ in named]
         out = self.engine.infer(contract.MULTI, inputs, contract.MULTI_OUTPUTS)
         counts = np.asarray(out[contract.KEYWORD_COUNTS]).reshape(-1)
         frames = []
         offsets = np.concatenate([[0], np.cumsum(counts)])
         masks = decode_masks(np.asarray(out[contract.MASKS_RLE], np.uint8).tobytes())
-        for i, keyword in enumerate(keywords):
+        for i, (keyword, kind) in enumerate(queries):
             lo, hi = offsets[i], offsets[i + 1]
             frames.append(
                 detections_frame(
@@ -248,7 +261,7 @@ class Sam3Client:
                     prepared.letterbox,
                     dedup,
                     keyword,
-                    "text",
+                    kind,
                 )
             )
         frames = [f for f in frames if len(f)]
@@ -289,6 +302,25 @@ class Sam3Client:
 
         prepared = self._as_prepared(image, bands)
         return InteractiveSession(self, prepared, image_id=uuid.uuid4().hex)
+
+
+def _named_concepts(concepts, model_id: str) -> list[tuple[str, Concept]]:
+    if concepts is None:
+        return []
+    if isinstance(concepts, Concept):
+        concepts = [concepts]
+    if isinstance(concepts, Mapping):
+        items = list(concepts.items())
+    else:
+        items = [
+            c if isinstance(c, tuple) else (getattr(c, "name", "") or f"concept_{i}", c)
+            for i, c in enumerate(concepts)
+        ]
+    for _, concept in items:
+        if not isinstance(concept, Concept):
+            raise TypeError(f"concepts must be Concept objects, got {type(concept).__name__}")
+        concept.check_model(model_id)
+    return items
 
 
 def _as_boxes(boxes) -> np.ndarray:

@@ -263,16 +263,17 @@ class _Query:
     options: dict[str, Any]
 
     def run(self, client: Any, prepared: Any) -> list[pd.DataFrame]:
+        """One vision pass per tile for every keyword and concept (chunks of `max_keywords`)."""
+        if len(self.texts) == 1 and not self.concepts:
+            return [client.segment(prepared, self.texts[0], **self.options)]
+        queries = [("text", t) for t in self.texts] + [("concept", c) for c in self.concepts]
+        limit = int(client.manifest.get("max_keywords", len(queries)))
         frames = []
-        if len(self.texts) == 1:
-            frames.append(client.segment(prepared, self.texts[0], **self.options))
-        elif self.texts:
-            limit = int(client.manifest.get("max_keywords", len(self.texts)))
-            for i in range(0, len(self.texts), limit):
-                frames.append(client.multi(prepared, self.texts[i : i + limit], **self.options))
-        for name, concept in self.concepts:
-            frame = client.segment(prepared, concept=concept, **self.options)
-            frames.append(frame.assign(keyword=name))
+        for i in range(0, len(queries), limit):
+            chunk = queries[i : i + limit]
+            texts = [q for kind, q in chunk if kind == "text"]
+            concepts = [q for kind, q in chunk if kind == "concept"]
+            frames.append(client.multi(prepared, texts, concepts=concepts, **self.options))
         return frames
 
 

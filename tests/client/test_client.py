@@ -189,3 +189,15 @@ def test_everything_reuses_the_encoder_and_returns_full_frame_masks(local_client
         assert xs.min() >= box[0] - 2 and xs.max() <= box[2] + 2
     strict = session.everything(points_per_side=4, **{**relaxed, "pred_iou_thresh": 0.99})
     assert len(strict) < len(df)
+
+
+def test_multi_with_concepts_matches_segment_on_one_vision_pass(local_client, s2_crop):
+    concept = local_client.encode_exemplars(s2_crop, [[40, 30, 140, 120]], name="roofs")
+    multi = local_client.multi(s2_crop, ["road"], concepts=[concept], score_thr=0.0, dedup=None)
+    assert list(pd.unique(multi["keyword"])) == ["road", "roofs"]
+    part = multi[multi["keyword"] == "roofs"]
+    assert set(part["prompt_kind"]) == {"concept"}
+    alone = local_client.segment(s2_crop, concept=concept, score_thr=0.0, dedup=None)
+    np.testing.assert_allclose(part["score"].values, alone["score"].values, atol=1e-6)
+    only = local_client.multi(s2_crop, concepts={"a": concept, "b": concept}, score_thr=0.0)
+    assert set(only["keyword"]) <= {"a", "b"} and len(only) > 0

@@ -66,7 +66,7 @@ def test_library_errors_from_the_worker_are_notified(s2_viewer, connected, ui):
     before = len(viewer.layers)
     ui.click(widget.run_button)
     ui.wait(widget)
-    assert "at most 8 keywords per call, got 9" in widget.status.value
+    assert "at most 8 keywords and concepts per call, got 9" in widget.status.value
     assert "at most 8 keywords" in str(ui.last_notification().message)
     assert len(viewer.layers) == before
 

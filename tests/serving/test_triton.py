@@ -203,6 +203,13 @@ def test_multi_runs_one_vision_pass_for_all_keywords(triton_client, s2_crop):
     assert _execution_count(triton_client, contract.ENCODER) - encoder_before == 1
     assert _execution_count(triton_client, contract.DECODER) - decoder_before == len(keywords)
     assert set(df["keyword"]) == set(keywords)
+    concept = triton_client.encode_exemplars(s2_crop, [[40, 30, 140, 120]], name="roofs")
+    encoder_before = _execution_count(triton_client, contract.ENCODER)
+    ct_before = _execution_count(triton_client, contract.DECODER_CT)
+    df = triton_client.multi(s2_crop, keywords[:2], concepts=[concept], score_thr=0.0)
+    assert _execution_count(triton_client, contract.ENCODER) - encoder_before == 1
+    assert _execution_count(triton_client, contract.DECODER_CT) - ct_before == 1
+    assert "roofs" in set(df["keyword"])
 
 
 def test_client_over_grpc_equals_embedded(triton_client, local_client, s2_crop):

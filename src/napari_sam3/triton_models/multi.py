@@ -1,8 +1,11 @@
-"""`sam3_multi`: several keywords on ONE vision pass.
+"""`sam3_multi`: several keywords and concepts on ONE vision pass.
 
-The image goes through `sam3_unified_encoder` once; each keyword then runs the cheap heads
-(`sam3_text`, `sam3_decoder`, `sam3_postprocess`) on the same vision tensors. Results are
-concatenated keyword after keyword, with `keyword_counts` telling how many belong to each.
+The image goes through `sam3_unified_encoder` once; each query then runs the cheap heads
+(`sam3_text`, `sam3_decoder` or, for a concept, `sam3_decoder_ct`, then `sam3_postprocess`) on
+the same vision tensors. Queries are the rows of `token_ids`; when C concepts are sent
+(`concept_tokens` [C,T,D], `concept_padding_mask` [C,T]), the LAST C rows are the concepts' texts
+and row N-C+c runs with concept c. Results are concatenated query after query, with
+`keyword_counts` telling how many belong to each.
 """
 
 from __future__ import annotations
@@ -42,16 +45,21 @@ class Logic:
             contract.EXEMPLAR_VALID: np.zeros((1, self.slots), np.bool_),
         }
         options = {name: inputs[name] for name in OPTIONS if name in inputs}
+        concepts = _concepts(inputs, len(tokens))
+        first_concept = len(tokens) - len(concepts)
         scores, boxes, masks, counts = [], [], [], []
-        for row in tokens:
+        for i, row in enumerate(tokens):
             text = call(
                 contract.TEXT,
                 {contract.TOKEN_IDS: row[None]},
                 (contract.TEXT_FEATURES, contract.TEXT_PADDING_MASK),
             )
-            heads = call(
-                contract.DECODER, {**vision, **text, **no_exemplars}, contract.DECODER_OUTPUTS
-            )
+            if i >= first_concept:
+                prompt = {**vision, **text, **concepts[i - first_concept]}
+                heads = call(contract.DECODER_CT, prompt, contract.DECODER_OUTPUTS)
+            else:
+                prompt = {**vision, **text, **no_exemplars}
+                heads = call(contract.DECODER, prompt, contract.DECODER_OUTPUTS)
             result = call(contract.POSTPROCESS, {**heads, **options}, contract.RESULT_OUTPUTS)
             decoded = decode_masks(np.asarray(result[contract.MASKS_RLE], np.uint8).tobytes())
             scores.append(np.asarray(result[contract.SCORES], np.float32).reshape(-1))
@@ -67,3 +75,23 @@ class Logic:
             ),
             contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
         }
+
+
+def _concepts(inputs: dict, rows: int) -> list[dict]:
+    """One {concept_tokens [1,T,D], concept_padding_mask [1,T]} per concept sent."""
+    names = (contract.CONCEPT_TOKENS_NAME, contract.CONCEPT_PADDING_MASK)
+    present = [n for n in names if n in inputs]
+    if not present:
+        return []
+    if len(present) != 2:
+        raise ValueError(f"send both {names[0]} and {names[1]}, or neither")
+    tokens = np.asarray(inputs[names[0]], np.float32)
+    padding = np.asarray(inputs[names[1]], np.bool_)
+    if len(tokens) != len(padding):
+        raise ValueError(f"{len(tokens)} concept token sets but {len(padding)} padding masks")
+    if len(tokens) > rows:
+        raise ValueError(
+            f"{len(tokens)} concepts but only {rows} rows of {contract.TOKEN_IDS}: each concept "
+            "needs its text row (the last rows)"
+        )
+    return [{names[0]: tokens[c : c + 1], names[1]: padding[c : c + 1]} for c in range(len(tokens))]

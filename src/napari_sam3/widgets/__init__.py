@@ -8,6 +8,7 @@ from .concepts import ConceptsWidget
 from .connection import ConnectionWidget
 from .interactive import InteractiveWidget
 from .multi import MultiKeywordWidget
+from .scene import SceneWidget
 from .segment import SegmentWidget
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "ConnectionWidget",
     "InteractiveWidget",
     "MultiKeywordWidget",
+    "SceneWidget",
     "SegmentWidget",
 ]
