@@ -23,27 +23,24 @@ import torch
 from sam3.model.decoder import (
     TransformerDecoder,
     TransformerDecoderLayer,
-    TransformerDecoderLayerv2,
-    TransformerEncoderCrossAttention,
 )
 from sam3.model.encoder import TransformerEncoderFusion, TransformerEncoderLayer
 from sam3.model.geometry_encoders import SequenceGeometryEncoder
 from sam3.model.maskformer_segmentation import PixelDecoder, UniversalSegmentationHead
-from sam3.model.memory import CXBlock, SimpleFuser, SimpleMaskDownSampler, SimpleMaskEncoder
 from sam3.model.model_misc import MLP, DotProductScoring, TransformerWrapper
 from sam3.model.model_misc import MultiheadAttentionWrapper as MultiheadAttention
 from sam3.model.necks import Sam3DualViTDetNeck
 from sam3.model.position_encoding import PositionEmbeddingSine
 from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
 from sam3.model.sam3_image import Sam3Image
-from sam3.model.sam3_tracking_predictor import Sam3TrackerPredictor
 from sam3.model.text_encoder_ve import VETextEncoder
 from sam3.model.tokenizer_ve import SimpleTokenizer
 from sam3.model.vitdet import ViT
 from sam3.model.vl_combiner import SAM3VLBackbone
-from sam3.sam.transformer import RoPEAttention
 
 from napari_sam3 import contract
+
+from .pvs_model import PvsDims, build_pvs_predictor
 
 log = logging.getLogger(__name__)
 
@@ -357,97 +354,15 @@ def _geometry(d: Sam3Dims) -> SequenceGeometryEncoder:
 
 
 def _interactive(d: Sam3Dims) -> SAM3InteractiveImagePredictor:
-    f = d.feature_size
-    mem_pos = PositionEmbeddingSine(
-        num_pos_feats=d.tracker_mem_dim, normalize=True, temperature=10000
-    )
-    maskmem = SimpleMaskEncoder(
-        out_dim=d.tracker_mem_dim,
-        position_encoding=mem_pos,
-        mask_downsampler=SimpleMaskDownSampler(
-            embed_dim=d.d_model,
-            kernel_size=3,
-            stride=2,
-            padding=1,
-            interpol_size=[16 * f, 16 * f],
-        ),
-        fuser=SimpleFuser(
-            layer=CXBlock(
-                dim=d.d_model,
-                kernel_size=7,
-                padding=3,
-                layer_scale_init_value=1.0e-06,
-                use_dwconv=True,
-            ),
-            num_layers=2,
-        ),
-        in_dim=d.d_model,
-    )
-    rope = {"num_heads": 1, "downsample_rate": 1, "dropout": 0.1, "rope_theta": 10000.0}
-    layer = TransformerDecoderLayerv2(
-        cross_attention_first=False,
-        activation="relu",
-        dim_feedforward=d.tracker_ffn_dim,
-        dropout=0.1,
-        pos_enc_at_attn=False,
-        pre_norm=True,
-        self_attention=RoPEAttention(
-            embedding_dim=d.d_model, feat_sizes=[f, f], use_fa3=False, use_rope_real=False, **rope
-        ),
-        d_model=d.d_model,
-        pos_enc_at_cross_attn_keys=True,
-        pos_enc_at_cross_attn_queries=False,
-        cross_attention=RoPEAttention(
-            embedding_dim=d.d_model,
-            kv_in_dim=d.tracker_mem_dim,
-            feat_sizes=[f, f],
-            rope_k_repeat=True,
-            use_fa3=False,
-            use_rope_real=False,
-            **rope,
-        ),
-    )
-    encoder = TransformerEncoderCrossAttention(
-        remove_cross_attention_layers=[],
-        batch_first=True,
-        d_model=d.d_model,
-        frozen=False,
-        pos_enc_at_input=True,
-        layer=layer,
-        num_layers=d.tracker_layers,
-        use_act_checkpoint=False,
-    )
-    tracker = Sam3TrackerPredictor(
+    dims = PvsDims(
         image_size=d.image_size,
-        num_maskmem=7,
-        backbone=None,
         backbone_stride=d.patch_size,
-        transformer=TransformerWrapper(encoder=encoder, decoder=None, d_model=d.d_model),
-        maskmem_backbone=maskmem,
-        multimask_output_in_sam=True,
-        forward_backbone_per_frame_for_eval=True,
-        trim_past_non_cond_mem_for_eval=False,
-        multimask_output_for_tracking=True,
-        multimask_min_pt_num=0,
-        multimask_max_pt_num=1,
-        always_start_from_first_ann_frame=False,
-        non_overlap_masks_for_mem_enc=False,
-        non_overlap_masks_for_output=False,
-        max_cond_frames_in_attn=4,
-        offload_output_to_cpu_for_eval=False,
-        sam_mask_decoder_extra_args={
-            "dynamic_multimask_via_stability": True,
-            "dynamic_multimask_stability_delta": 0.05,
-            "dynamic_multimask_stability_thresh": 0.98,
-        },
-        clear_non_cond_mem_around_input=True,
-        fill_hole_area=0,
-        use_memory_selection=False,
+        d_model=d.d_model,
+        mem_dim=d.tracker_mem_dim,
+        memory_ffn_dim=d.tracker_ffn_dim,
+        memory_layers=d.tracker_layers,
     )
-    predictor = SAM3InteractiveImagePredictor(tracker)
-    # The predictor hard-codes the full-size feature sizes (288/144/72).
-    predictor._bb_feat_sizes = [(s, s) for s in d.fpn_sizes]
-    return predictor
+    return build_pvs_predictor(dims, seed=None).train()
 
 
 def _warm_caches(model: Sam3Image, d: Sam3Dims) -> None:
