@@ -11,10 +11,9 @@ from ..concept import Concept
 from . import _layers
 from ._common import Sam3Widget, layer_combo, reports_errors, row
 from .segment import (
+    add_exemplar_fields,
     add_image_fields,
     add_threshold_fields,
-    new_exemplar_layer,
-    set_negative,
     thresholds,
 )
 
@@ -31,9 +30,7 @@ class ConceptsWidget(Sam3Widget):
         super().__init__(napari_viewer)
         self.bank: dict[str, Concept] = {}
         image_fields = add_image_fields(self, napari_viewer)
-        self.exemplars = layer_combo(napari_viewer, Shapes, "Exemplars", nullable=True)
-        self.new_exemplars = PushButton(text="New exemplar layer")
-        self.negative = CheckBox(value=False, text="Draw negative boxes")
+        exemplar_fields = add_exemplar_fields(self, napari_viewer)
         self.name = LineEdit(value="", label="Concept name", tooltip="e.g. greenhouse")
         self.encode_button = PushButton(text="Encode concept")
         self.concepts = Select(choices=self._bank_choices, label="Concept bank")
@@ -49,8 +46,6 @@ class ConceptsWidget(Sam3Widget):
         self.apply_region = layer_combo(napari_viewer, Shapes, "Apply region", nullable=True)
         self.apply_button = PushButton(text="Apply selected concept(s)")
 
-        self.new_exemplars.changed.connect(self._new_exemplars)
-        self.negative.changed.connect(self._negative_changed)
         self.encode_button.changed.connect(self.encode)
         self.save_button.changed.connect(self.save)
         self.load_button.changed.connect(self.load)
@@ -59,8 +54,7 @@ class ConceptsWidget(Sam3Widget):
         self.extend(
             [
                 *image_fields,
-                self.exemplars,
-                row(self.new_exemplars, self.negative),
+                *exemplar_fields,
                 self.name,
                 self.encode_button,
                 self.concepts,
@@ -103,16 +97,6 @@ class ConceptsWidget(Sam3Widget):
         return [self.bank[n] for n in names]
 
     # -- encode -----------------------------------------------------------------------------
-    def _new_exemplars(self, *_args) -> None:
-        layer = new_exemplar_layer(self.viewer, placed_on=self.image.value)
-        set_negative(layer, bool(self.negative.value))
-        self.reset_choices()
-        self.exemplars.value = layer
-
-    def _negative_changed(self, *_args) -> None:
-        if self.exemplars.value is not None:
-            set_negative(self.exemplars.value, bool(self.negative.value))
-
     @reports_errors("Encoding the concept failed")
     def encode(self, *_args) -> None:
         client = self.client

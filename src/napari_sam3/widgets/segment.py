@@ -56,6 +56,33 @@ def add_image_fields(widget, viewer) -> list:
     return [widget.image, widget.bands, widget.region]
 
 
+def add_exemplar_fields(widget, viewer) -> list:
+    """The exemplar Shapes layer choice, a button for a new one, and the negative-box switch."""
+    widget.exemplars = layer_combo(
+        viewer,
+        Shapes,
+        "Exemplars",
+        nullable=True,
+        tooltip="Boxes on a Shapes layer; its 'positive' feature marks negatives (red)",
+    )
+    widget.new_exemplars = PushButton(text="New exemplar layer")
+    widget.negative = CheckBox(value=False, text="Draw negative boxes")
+
+    def new_exemplars(*_args) -> None:
+        layer = new_exemplar_layer(viewer, placed_on=widget.image.value)
+        set_negative(layer, bool(widget.negative.value))
+        widget.reset_choices()
+        widget.exemplars.value = layer
+
+    def negative_changed(*_args) -> None:
+        if widget.exemplars.value is not None:
+            set_negative(widget.exemplars.value, bool(widget.negative.value))
+
+    widget.new_exemplars.changed.connect(new_exemplars)
+    widget.negative.changed.connect(negative_changed)
+    return [widget.exemplars, row(widget.new_exemplars, widget.negative)]
+
+
 def new_exemplar_layer(viewer, name: str = EXEMPLAR_LAYER, placed_on=None) -> Shapes:
     """A Shapes layer for exemplar boxes with a `positive` feature (green +, red -)."""
     import pandas as pd
@@ -94,25 +121,14 @@ class SegmentWidget(Sam3Widget):
         self.prompt = LineEdit(
             value="", label="Text prompt", tooltip="e.g. building; empty: exemplar boxes only"
         )
-        self.exemplars = layer_combo(
-            napari_viewer,
-            Shapes,
-            "Exemplars",
-            nullable=True,
-            tooltip="Boxes on a Shapes layer; its 'positive' feature marks negatives (red)",
-        )
-        self.new_exemplars = PushButton(text="New exemplar layer")
-        self.negative = CheckBox(value=False, text="Draw negative boxes")
+        exemplar_fields = add_exemplar_fields(self, napari_viewer)
         self.run_button = PushButton(text="Segment")
-        self.new_exemplars.changed.connect(self._new_exemplars)
-        self.negative.changed.connect(self._negative_changed)
         self.run_button.changed.connect(self.run)
         self.extend(
             [
                 *image_fields,
                 self.prompt,
-                self.exemplars,
-                row(self.new_exemplars, self.negative),
+                *exemplar_fields,
                 *add_threshold_fields(self),
                 self.run_button,
             ]
@@ -120,16 +136,6 @@ class SegmentWidget(Sam3Widget):
         self._footer()
         self._controls = [self.run_button]
         self.reset_choices()
-
-    def _new_exemplars(self, *_args) -> None:
-        layer = new_exemplar_layer(self.viewer, placed_on=self.image.value)
-        set_negative(layer, bool(self.negative.value))
-        self.reset_choices()
-        self.exemplars.value = layer
-
-    def _negative_changed(self, *_args) -> None:
-        if self.exemplars.value is not None:
-            set_negative(self.exemplars.value, bool(self.negative.value))
 
     @reports_errors("Segment failed")
     def run(self, *_args) -> None:
