@@ -116,7 +116,7 @@ class Sam3Client:
         if labels is None:
             labels = np.ones(len(boxes), np.int64)
         labels = np.asarray(labels)
-        if labels.shape != (len(boxes),) or not np.isin(labels, (0, 1, True, False)).all():
+        if labels.shape != (len(boxes),) or not np.isin(labels, (0, 1)).all():
             raise ValueError(
                 f"exemplar_labels must be one 1 (positive) or 0 (negative) per box; "
                 f"got {labels.tolist()} for {len(boxes)} boxes"

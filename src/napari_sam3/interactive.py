@@ -150,7 +150,7 @@ class InteractiveSession:
             contract.INTERACTIVE, self._prompt_tensors(state), contract.INTERACTIVE_OUTPUTS
         )
         iou = np.asarray(out[contract.PVS_IOU], np.float32).reshape(-1)
-        low_res = np.asarray(out[contract.PVS_LOW_RES], np.float32).reshape(len(iou), *_last2(out))
+        low_res = np.asarray(out[contract.PVS_LOW_RES], np.float32)[0]  # [3, m, m]
         masks = decode_masks(np.asarray(out[contract.MASKS_RLE], np.uint8).tobytes())
         order = np.argsort(-iou, kind="stable")
         frame = self._frame(masks, iou, order)
@@ -218,10 +218,6 @@ class InteractiveSession:
                 "prompt_kind": "everything",
             }
         )
-
-
-def _last2(out: dict) -> tuple[int, int]:
-    return tuple(np.asarray(out[contract.PVS_LOW_RES]).shape[-2:])
 
 
 def _area_resize(image: np.ndarray, size: int) -> np.ndarray:
