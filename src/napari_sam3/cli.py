@@ -50,9 +50,8 @@ def ensure_repository(
     manifest_path = out / contract.MANIFEST_FILE
     if manifest_path.exists():
         manifest = contract.load_manifest(manifest_path)
-        source = manifest.get("checkpoint_sha256") if checkpoint else None
-        same_source = bool(manifest["random_weights"]) == (checkpoint is None)
-        if same_source and (checkpoint is None or source):
+        # The manifest records the checkpoint's file name (None for random weights).
+        if manifest.get("checkpoint") == (checkpoint.name if checkpoint else None):
             return out
         raise FileExistsError(
             f"{out} holds another model ({'random weights' if manifest['random_weights'] else 'a checkpoint'}); "
