@@ -94,9 +94,9 @@ def main() -> None:
     seed = args.seed
     if args.repo:
         manifest = contract.load_manifest(args.repo)
-        if manifest["size"] != "full" or not manifest["random_weights"]:
+        if manifest.size != "full" or not manifest.random_weights:
             raise SystemExit("--repo must be a full-size random-weight export")
-        seed = manifest["seed"]
+        seed = manifest.seed
     t0 = time.perf_counter()
     build = build_sam3("full", seed=seed)
     build_s = time.perf_counter() - t0
@@ -104,7 +104,7 @@ def main() -> None:
     print(f"build: {build_s:.1f} s, {params / 1e6:.0f} M parameters, RSS {rss_gib():.1f} GiB")
     export_s = export_peak = None
     if args.repo:
-        if model_id(build.model) != manifest["model_id"]:
+        if model_id(build.model) != manifest.model_id:
             raise SystemExit("the rebuilt weights do not match the repository's model_id")
     else:
         t0 = time.perf_counter()
@@ -112,12 +112,12 @@ def main() -> None:
         export_s = time.perf_counter() - t0
         export_peak = peak_rss_gib()
         print(f"export: {export_s:.0f} s (graphs + manifest), peak RSS {export_peak:.1f} GiB")
-    files = manifest["files"]
+    files = manifest.files
     for name, info in files.items():
         print(f"  {name:24s} {info['bytes'] / 1e9:6.3f} GB  {info['export_seconds']:6.1f} s")
 
     # -- one image, one text prompt ---------------------------------------------------------
-    s = manifest["image_size"]
+    s = manifest.image_size
     image = test_image(s, seed)
     text = "a red car"
     model = build.model
@@ -161,7 +161,7 @@ def main() -> None:
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(None, feeds), strict=True))
 
-    k = manifest["exemplar_slots"]
+    k = manifest.exemplar_slots
     no_slots = {
         contract.EXEMPLAR_BOXES: np.zeros((1, k, 4), np.float32),
         contract.EXEMPLAR_LABELS: np.zeros((1, k), np.int64),

@@ -66,7 +66,7 @@ def model_repository() -> Path:
 
 
 def is_random(client) -> bool:
-    return bool(client.manifest.get("random_weights"))
+    return client.manifest.random_weights
 
 
 def warn_if_random(client) -> None:
@@ -105,12 +105,12 @@ def triton_repository(repository: Path) -> Path:
     from napari_sam3 import Sam3Client
 
     client = Sam3Client.local(repository)
-    if client.manifest.get("flavor") == "python" or shutil.which("tritonserver"):
+    if client.manifest.flavor == "python" or shutil.which("tritonserver"):
         return Path(repository)
     if is_random(client):
         return _export_random_tiny(Path(repository).with_name(Path(repository).name + "-python"))
     raise RuntimeError(
-        f"{repository} was exported with --flavor {client.manifest.get('flavor')}, which the CPU "
+        f"{repository} was exported with --flavor {client.manifest.flavor}, which the CPU "
         "Triton server from nvidia-pytriton cannot load (it has only the Python backend). Export "
         "your checkpoint again with `--flavor python --device cpu` and point "
         f"{MODELS_ENV} at it, or run the NGC Triton container (tritonserver on PATH)."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (scripts/setup.sh), lints, then runs pytest.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m slow`.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/napari -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -72,3 +72,68 @@ def s2_crop(s2_rgb_paths):
     from napari_sam3.raster import read_raster
 
     return read_raster(s2_rgb_paths, window=np.s_[100:400, 200:620])
+
+
+class ServeProcess:
+    """A `sam3-serve` command run as a real subprocess; its output lines are read as they come."""
+
+    def __init__(self, *args) -> None:
+        import queue
+        import subprocess
+        import sys
+        import threading
+
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "napari_sam3.serve", *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self._queue.put(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, timeout: float = 120.0) -> str:
+        """The first new line matching `pattern`; fails with all output so far if none comes."""
+        import queue
+        import re
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                if self.process.poll() is not None and self._queue.empty():
+                    break
+                continue
+            self.lines.append(line)
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"no line matching {pattern!r}; sam3-serve said: {self.lines}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except Exception:
+                self.process.kill()
+
+
+@pytest.fixture
+def sam3_serve():
+    """Start `sam3-serve ARGS...` (as many as a test needs); each is stopped after the test."""
+    started: list[ServeProcess] = []
+
+    def start(*args) -> ServeProcess:
+        started.append(ServeProcess(*args))
+        return started[-1]
+
+    yield start
+    for serve in started:
+        serve.stop()

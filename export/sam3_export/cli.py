@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_repository(out: Path, manifest: dict, flavor: str, device: str) -> None:
+def _write_repository(out: Path, manifest, flavor: str, device: str) -> None:
     if importlib.util.find_spec("sam3_export.triton_repo") is None:
         return
     from .triton_repo import write_repository
@@ -76,13 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _write_repository(args.out, manifest, args.flavor, args.device)
     if not args.quiet:
-        kind = (
-            "RANDOM weights"
-            if manifest["random_weights"]
-            else f"checkpoint {manifest['checkpoint']}"
-        )
+        kind = "RANDOM weights" if manifest.random_weights else f"checkpoint {manifest.checkpoint}"
         print(
-            f"sam3-export: {manifest['size']} model ({kind}), model_id {manifest['model_id'][:16]}, "
+            f"sam3-export: {manifest.size} model ({kind}), model_id {manifest.model_id[:16]}, "
             f"written to {args.out}"
         )
     return 0

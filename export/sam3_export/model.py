@@ -2,7 +2,7 @@
 
 The official builder (`sam3.model_builder.build_sam3_image_model`) has no size arguments and
 allocates on CUDA in two constructors, so this module constructs the same classes with the same
-hyper-parameters from a `Sam3Dims` record; `TINY` only shrinks the dimensions. Weights are either
+hyper-parameters from a `Sam3Dims` record (`sam3_export.dims`); `TINY` only shrinks the dimensions. Weights are either
 random (seeded, every parameter touched so that no path is trivially zero) or loaded from an
 official checkpoint (`detector.` -> image model, `tracker.` -> interactive head) with strict
 key checks.
@@ -15,7 +15,7 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -38,9 +38,8 @@ from sam3.model.tokenizer_ve import SimpleTokenizer
 from sam3.model.vitdet import ViT
 from sam3.model.vl_combiner import SAM3VLBackbone
 
-from napari_sam3 import contract
-
-from .pvs_model import PvsDims, build_pvs_predictor
+from .dims import SIZES, Sam3Dims
+from .pvs_model import build_pvs_predictor
 
 log = logging.getLogger(__name__)
 
@@ -50,115 +49,6 @@ TRACKER_PREFIX = "tracker."
 INTERACTIVE_ATTR = "inst_interactive_predictor.model."
 # Buffers that are pure functions of the configuration; a checkpoint may omit them.
 DERIVED_BUFFER_SUFFIXES = ("freqs_cis", "relative_coords")
-
-
-@dataclass(frozen=True)
-class Sam3Dims:
-    """Every size the SAM3 image model is built from (full = the official builder's values)."""
-
-    name: str
-    image_size: int
-    patch_size: int
-    vit_dim: int
-    vit_depth: int
-    vit_heads: int
-    vit_mlp_ratio: float
-    vit_window: int
-    vit_global_blocks: tuple[int, ...]
-    vit_pretrain_size: int
-    d_model: int
-    heads: int
-    ffn_dim: int
-    encoder_layers: int
-    decoder_layers: int
-    geometry_layers: int
-    num_queries: int
-    scoring_hidden: int
-    text_width: int
-    text_heads: int
-    text_layers: int
-    text_tokens: int
-    vocab_size: int
-    tracker_mem_dim: int
-    tracker_layers: int
-    tracker_ffn_dim: int
-
-    @property
-    def feature_size(self) -> int:
-        """Side of the ViT token grid (and of the coarsest neck level)."""
-        return self.image_size // self.patch_size
-
-    @property
-    def mask_size(self) -> int:
-        """Side of the low-resolution mask logits (the finest neck level)."""
-        return 4 * self.feature_size
-
-    @property
-    def fpn_sizes(self) -> tuple[int, int, int]:
-        f = self.feature_size
-        return (4 * f, 2 * f, f)
-
-
-FULL = Sam3Dims(
-    name="full",
-    image_size=1008,
-    patch_size=14,
-    vit_dim=1024,
-    vit_depth=32,
-    vit_heads=16,
-    vit_mlp_ratio=4.625,
-    vit_window=24,
-    vit_global_blocks=(7, 15, 23, 31),
-    vit_pretrain_size=336,
-    d_model=256,
-    heads=8,
-    ffn_dim=2048,
-    encoder_layers=6,
-    decoder_layers=6,
-    geometry_layers=3,
-    num_queries=200,
-    scoring_hidden=2048,
-    text_width=1024,
-    text_heads=16,
-    text_layers=24,
-    text_tokens=contract.TEXT_TOKENS,
-    vocab_size=49408,
-    tracker_mem_dim=64,
-    tracker_layers=4,
-    tracker_ffn_dim=2048,
-)
-
-# Same classes and code paths, small numbers: image 112 px -> 8x8 tokens, neck levels 32/16/8.
-TINY = Sam3Dims(
-    name="tiny",
-    image_size=112,
-    patch_size=14,
-    vit_dim=64,
-    vit_depth=2,
-    vit_heads=4,
-    vit_mlp_ratio=4.625,
-    vit_window=4,
-    vit_global_blocks=(1,),
-    vit_pretrain_size=56,
-    d_model=32,
-    heads=4,
-    ffn_dim=64,
-    encoder_layers=2,
-    decoder_layers=2,
-    geometry_layers=2,
-    num_queries=16,
-    scoring_hidden=64,
-    text_width=64,
-    text_heads=4,
-    text_layers=2,
-    text_tokens=contract.TEXT_TOKENS,
-    vocab_size=49408,
-    tracker_mem_dim=16,
-    tracker_layers=1,
-    tracker_ffn_dim=64,
-)
-
-SIZES: dict[str, Sam3Dims] = {"full": FULL, "tiny": TINY}
 
 
 class CheckpointError(ValueError):
@@ -188,14 +78,16 @@ def bpe_path() -> str:
 
 def _attention(d: Sam3Dims, batch_first: bool | None = None, dropout: float = 0.1):
     kwargs = {} if batch_first is None else {"batch_first": batch_first}
-    return MultiheadAttention(num_heads=d.heads, dropout=dropout, embed_dim=d.d_model, **kwargs)
+    return MultiheadAttention(
+        num_heads=d.heads, dropout=dropout, embed_dim=d.sizes.d_model, **kwargs
+    )
 
 
 def _vision(d: Sam3Dims) -> Sam3DualViTDetNeck:
     vit = ViT(
-        img_size=d.image_size,
+        img_size=d.sizes.image_size,
         pretrain_img_size=d.vit_pretrain_size,
-        patch_size=d.patch_size,
+        patch_size=d.sizes.patch_size,
         embed_dim=d.vit_dim,
         depth=d.vit_depth,
         num_heads=d.vit_heads,
@@ -219,11 +111,11 @@ def _vision(d: Sam3Dims) -> Sam3DualViTDetNeck:
     )
     # The official builder precomputes this cache on CUDA (at sizes the model never uses);
     # it is warmed on CPU at the real neck sizes in `_warm_caches`.
-    pos = PositionEmbeddingSine(num_pos_feats=d.d_model, normalize=True, temperature=10000)
+    pos = PositionEmbeddingSine(num_pos_feats=d.sizes.d_model, normalize=True, temperature=10000)
     return Sam3DualViTDetNeck(
         trunk=vit,
         position_encoding=pos,
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         scale_factors=[4.0, 2.0, 1.0, 0.5],
         add_sam2_neck=True,
     )
@@ -232,11 +124,11 @@ def _vision(d: Sam3Dims) -> Sam3DualViTDetNeck:
 def _text(d: Sam3Dims) -> VETextEncoder:
     return VETextEncoder(
         tokenizer=SimpleTokenizer(bpe_path=bpe_path()),
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         width=d.text_width,
         heads=d.text_heads,
         layers=d.text_layers,
-        context_length=d.text_tokens,
+        context_length=d.sizes.text_tokens,
         vocab_size=d.vocab_size,
     )
 
@@ -244,7 +136,7 @@ def _text(d: Sam3Dims) -> VETextEncoder:
 def _transformer(d: Sam3Dims) -> TransformerWrapper:
     encoder_layer = TransformerEncoderLayer(
         activation="relu",
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         dim_feedforward=d.ffn_dim,
         dropout=0.1,
         pos_enc_at_attn=True,
@@ -257,7 +149,7 @@ def _transformer(d: Sam3Dims) -> TransformerWrapper:
     encoder = TransformerEncoderFusion(
         layer=encoder_layer,
         num_layers=d.encoder_layers,
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         num_feature_levels=1,
         frozen=False,
         use_act_checkpoint=True,
@@ -266,7 +158,7 @@ def _transformer(d: Sam3Dims) -> TransformerWrapper:
     )
     decoder_layer = TransformerDecoderLayer(
         activation="relu",
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         dim_feedforward=d.ffn_dim,
         dropout=0.1,
         cross_attention=_attention(d),
@@ -278,38 +170,38 @@ def _transformer(d: Sam3Dims) -> TransformerWrapper:
     decoder = TransformerDecoder(
         layer=decoder_layer,
         num_layers=d.decoder_layers,
-        num_queries=d.num_queries,
+        num_queries=d.sizes.num_queries,
         return_intermediate=True,
         box_refine=True,
         num_o2m_queries=0,
         dac=True,
         boxRPB="log",
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         frozen=False,
         interaction_layer=None,
         dac_use_selfatt_ln=True,
         use_act_checkpoint=True,
         presence_token=True,
     )
-    return TransformerWrapper(encoder=encoder, decoder=decoder, d_model=d.d_model)
+    return TransformerWrapper(encoder=encoder, decoder=decoder, d_model=d.sizes.d_model)
 
 
 def _scoring(d: Sam3Dims) -> DotProductScoring:
     prompt_mlp = MLP(
-        input_dim=d.d_model,
+        input_dim=d.sizes.d_model,
         hidden_dim=d.scoring_hidden,
-        output_dim=d.d_model,
+        output_dim=d.sizes.d_model,
         num_layers=2,
         dropout=0.1,
         residual=True,
-        out_norm=torch.nn.LayerNorm(d.d_model),
+        out_norm=torch.nn.LayerNorm(d.sizes.d_model),
     )
-    return DotProductScoring(d_model=d.d_model, d_proj=d.d_model, prompt_mlp=prompt_mlp)
+    return DotProductScoring(d_model=d.sizes.d_model, d_proj=d.sizes.d_model, prompt_mlp=prompt_mlp)
 
 
 def _segmentation(d: Sam3Dims) -> UniversalSegmentationHead:
     return UniversalSegmentationHead(
-        hidden_dim=d.d_model,
+        hidden_dim=d.sizes.d_model,
         upsampling_stages=3,
         aux_masks=False,
         presence_head=False,
@@ -317,7 +209,7 @@ def _segmentation(d: Sam3Dims) -> UniversalSegmentationHead:
         act_ckpt=True,
         cross_attend_prompt=_attention(d, dropout=0.0),
         pixel_decoder=PixelDecoder(
-            num_upsampling_stages=3, interpolation_mode="nearest", hidden_dim=d.d_model
+            num_upsampling_stages=3, interpolation_mode="nearest", hidden_dim=d.sizes.d_model
         ),
     )
 
@@ -325,7 +217,7 @@ def _segmentation(d: Sam3Dims) -> UniversalSegmentationHead:
 def _geometry(d: Sam3Dims) -> SequenceGeometryEncoder:
     layer = TransformerEncoderLayer(
         activation="relu",
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         dim_feedforward=d.ffn_dim,
         dropout=0.1,
         pos_enc_at_attn=False,
@@ -336,7 +228,9 @@ def _geometry(d: Sam3Dims) -> SequenceGeometryEncoder:
         cross_attention=_attention(d, batch_first=False),
     )
     return SequenceGeometryEncoder(
-        pos_enc=PositionEmbeddingSine(num_pos_feats=d.d_model, normalize=True, temperature=10000),
+        pos_enc=PositionEmbeddingSine(
+            num_pos_feats=d.sizes.d_model, normalize=True, temperature=10000
+        ),
         encode_boxes_as_points=False,
         points_direct_project=True,
         points_pool=True,
@@ -344,7 +238,7 @@ def _geometry(d: Sam3Dims) -> SequenceGeometryEncoder:
         boxes_direct_project=True,
         boxes_pool=True,
         boxes_pos_enc=True,
-        d_model=d.d_model,
+        d_model=d.sizes.d_model,
         num_layers=d.geometry_layers,
         layer=layer,
         use_act_ckpt=True,
@@ -354,15 +248,7 @@ def _geometry(d: Sam3Dims) -> SequenceGeometryEncoder:
 
 
 def _interactive(d: Sam3Dims) -> SAM3InteractiveImagePredictor:
-    dims = PvsDims(
-        image_size=d.image_size,
-        backbone_stride=d.patch_size,
-        d_model=d.d_model,
-        mem_dim=d.tracker_mem_dim,
-        memory_ffn_dim=d.tracker_ffn_dim,
-        memory_layers=d.tracker_layers,
-    )
-    return build_pvs_predictor(dims, seed=None).train()
+    return build_pvs_predictor(d.pvs, seed=None).train()
 
 
 def _warm_caches(model: Sam3Image, d: Sam3Dims) -> None:
@@ -372,20 +258,18 @@ def _warm_caches(model: Sam3Image, d: Sam3Dims) -> None:
     behind in the module.
     """
     neck = model.backbone.vision_backbone
-    for size in d.fpn_sizes + (d.feature_size // 2,):
+    for size in d.sizes.fpn_sizes + (d.sizes.feature_size // 2,):
         neck.position_encoding(torch.zeros(1, 1, size, size))
     decoder = model.transformer.decoder
-    f = d.feature_size
+    f = d.sizes.feature_size
     decoder.compilable_cord_cache = decoder._get_coords(f, f, device="cpu")
     decoder.compilable_stored_size = (f, f)
 
 
 def _check_dims(d: Sam3Dims) -> None:
-    if d.image_size % d.patch_size:
-        raise ValueError(f"image_size {d.image_size} is not a multiple of {d.patch_size}")
     if (d.vit_dim // d.vit_heads) % 4:
         raise ValueError("ViT head dim must be divisible by 4 (axial RoPE)")
-    if d.d_model % 8 or d.d_model % d.heads:
+    if d.sizes.d_model % 8 or d.sizes.d_model % d.heads:
         raise ValueError("d_model must be divisible by 8 (GroupNorm) and by heads")
 
 
@@ -564,10 +448,3 @@ def model_id(model: torch.nn.Module) -> str:
             t = torch.view_as_real(t)
         h.update(t.reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
-
-
-def dims_dict(dims: Sam3Dims) -> dict:
-    """The dims as plain JSON-able values."""
-    out = asdict(dims)
-    out["vit_global_blocks"] = list(dims.vit_global_blocks)
-    return out

@@ -17,8 +17,9 @@ import torch
 
 from napari_sam3 import contract
 
+from .dims import dims_dict
 from .graphs import sizes_of
-from .model import Sam3Build, build_sam3, dims_dict, model_id
+from .model import Sam3Build, build_sam3, model_id
 from .onnx_io import OPSET, ExportedGraph, export_graph
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def build_manifest(
     build: Sam3Build,
     graphs: list[ExportedGraph] | None = None,
     extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> contract.Manifest:
     """Everything a client needs to know about the exported repository.
 
     `extra`: entries contributed by graph modules (`manifest_entries(build)`, e.g. the PVS
@@ -53,15 +54,15 @@ def build_manifest(
     manifest: dict[str, Any] = {
         "manifest_version": contract.MANIFEST_VERSION,
         "size": d.name,
-        "image_size": d.image_size,
-        "patch_size": d.patch_size,
-        "feature_size": d.feature_size,
-        "d_model": d.d_model,
-        "text_tokens": d.text_tokens,
+        "image_size": sizes.image_size,
+        "patch_size": sizes.patch_size,
+        "feature_size": sizes.feature_size,
+        "d_model": sizes.d_model,
+        "text_tokens": sizes.text_tokens,
         "exemplar_slots": sizes.exemplar_slots,
         "concept_tokens": sizes.concept_tokens,
-        "num_queries": d.num_queries,
-        "mask_size": d.mask_size,
+        "num_queries": sizes.num_queries,
+        "mask_size": sizes.mask_size,
         "max_keywords": contract.MAX_KEYWORDS,
         "visual_prompt": contract.VISUAL_PROMPT,
         "box_format": {
@@ -71,11 +72,11 @@ def build_manifest(
         "score": "sigmoid(pred_logits) * sigmoid(presence_logit)",
         "vision_tensors": [s.as_dict() for s in contract.vision_specs(sizes)],
         "interactive": {
-            "image_size": d.image_size,
-            "d_model": d.d_model,
+            "image_size": sizes.image_size,
+            "d_model": sizes.d_model,
             "mem_dim": d.tracker_mem_dim,
-            "fpn_sizes": list(d.fpn_sizes),
-            "mask_input_size": d.mask_size,
+            "fpn_sizes": list(sizes.fpn_sizes),
+            "mask_input_size": sizes.mask_size,
             "tensors": list(contract.PVS_FEATURES),
         },
         "graphs": {
@@ -102,12 +103,13 @@ def build_manifest(
         manifest["files"] = {
             g.name: {"bytes": g.bytes, "export_seconds": round(g.seconds, 2)} for g in graphs
         }
-    return contract.check_manifest(manifest)
+    return contract.Manifest.from_dict(manifest, "the exported manifest")
 
 
-def write_manifest(out_dir: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+def write_manifest(out_dir: str | os.PathLike, manifest: contract.Manifest) -> Path:
     path = Path(out_dir) / contract.MANIFEST_FILE
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    text = json.dumps(manifest.as_dict(), indent=2, sort_keys=True) + "\n"
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -117,7 +119,7 @@ def export_all(
     seed: int | None = 0,
     checkpoint: str | os.PathLike | None = None,
     build: Sam3Build | None = None,
-) -> dict[str, Any]:
+) -> contract.Manifest:
     """Export every graph to `out_dir/<model>/1/model.onnx` and write `sam3_manifest.json`.
 
     Random weights from `seed` unless `checkpoint` is given (then loaded strictly). A prebuilt

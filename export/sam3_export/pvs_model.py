@@ -20,8 +20,6 @@ The image predictor (`SAM3InteractiveImagePredictor`) hard-codes its feature siz
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from sam3.model.decoder import TransformerDecoderLayerv2, TransformerEncoderCrossAttention
 from sam3.model.memory import CXBlock, SimpleFuser, SimpleMaskDownSampler, SimpleMaskEncoder
@@ -32,48 +30,11 @@ from sam3.model.sam3_tracker_base import Sam3TrackerBase
 from sam3.model.sam3_tracking_predictor import Sam3TrackerPredictor
 from sam3.sam.transformer import RoPEAttention
 
+from napari_sam3 import contract
 
-@dataclass(frozen=True)
-class PvsDims:
-    """Sizes of the interactive head. `full()` is the published SAM3 configuration."""
+from .dims import PvsDims
 
-    image_size: int = 1008
-    backbone_stride: int = 14
-    d_model: int = 256
-    mem_dim: int = 64
-    memory_ffn_dim: int = 2048
-    memory_layers: int = 4
-
-    @classmethod
-    def full(cls) -> PvsDims:
-        return cls()
-
-    @classmethod
-    def tiny(cls, image_size: int = 112) -> PvsDims:
-        # d_model 32 keeps every official constraint: 8 heads in the two-way transformer
-        # (downsample 2 -> 16 = 8 x 2), d_model // 8 channels for the stride-4 level, and an
-        # axial-RoPE head dim divisible by 4 in the (unused here) memory attention.
-        return cls(
-            image_size=image_size, d_model=32, mem_dim=16, memory_ffn_dim=64, memory_layers=1
-        )
-
-    @property
-    def embed_size(self) -> int:
-        """Side of the lowest-resolution level (72 at full size)."""
-        return self.image_size // self.backbone_stride
-
-    @property
-    def low_res_size(self) -> int:
-        """Side of the low-res mask logits and of the mask input (288 at full size)."""
-        return 4 * self.embed_size
-
-    @property
-    def level_shapes(self) -> list[tuple[int, int, int]]:
-        """(channels, side, side) of the three features the decoder consumes, as the official
-        `Sam3Processor.set_image` leaves them: levels 0 and 1 already projected by the mask
-        decoder's `conv_s0` / `conv_s1`, level 2 as the neck made it."""
-        e, c = self.embed_size, self.d_model
-        return [(c // 8, 4 * e, 4 * e), (c // 4, 2 * e, 2 * e), (c, e, e)]
+__all__ = ["PvsDims", "build_pvs_predictor", "sizes_of_tracker", "tracker_of"]
 
 
 def _memory_encoder(dims: PvsDims) -> SimpleMaskEncoder:
@@ -173,8 +134,8 @@ def build_pvs_predictor(
         non_overlap_masks_for_output=False,
         max_cond_frames_in_attn=4,
         offload_output_to_cpu_for_eval=False,
-        # These three decide the single-mask output (multimask_output=False): the official
-        # image path falls back to the best multimask candidate when token 0 is unstable.
+        # The official tracker's values (they only decide `multimask_output=False`, which the
+        # exported graphs do not compute).
         sam_mask_decoder_extra_args={
             "dynamic_multimask_via_stability": True,
             "dynamic_multimask_stability_delta": 0.05,
@@ -208,12 +169,13 @@ def tracker_of(model_or_parts: object) -> Sam3TrackerBase:
     return obj
 
 
-def dims_of(model_or_parts: object) -> PvsDims:
-    """Read the sizes back from a built tracker."""
+def sizes_of_tracker(model_or_parts: object) -> contract.Sizes:
+    """The contract sizes read back from a built tracker (only image, stride and width shape the
+    interactive graphs; the grounding-only sizes are zero)."""
     tracker = tracker_of(model_or_parts)
-    return PvsDims(
-        image_size=tracker.image_size,
-        backbone_stride=tracker.backbone_stride,
-        d_model=tracker.hidden_dim,
-        mem_dim=tracker.mem_dim,
+    return contract.Sizes(
+        image_size=int(tracker.image_size),
+        d_model=int(tracker.hidden_dim),
+        num_queries=0,
+        patch_size=int(tracker.backbone_stride),
     )

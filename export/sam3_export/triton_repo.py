@@ -136,10 +136,14 @@ def _step(ensemble: pb.ModelConfig, model: str, inputs, outputs) -> None:
         step.output_map[key] = key
 
 
+def _manifest_json(manifest: contract.Manifest) -> str:
+    return json.dumps(manifest.as_dict(), sort_keys=True)
+
+
 def _ensemble(name, inputs, outputs, steps, manifest, optional=()) -> pb.ModelConfig:
     config = _config(name, inputs, outputs, optional)
     config.platform = "ensemble"
-    _set_parameters(config, {contract.MANIFEST_PARAMETER: json.dumps(manifest, sort_keys=True)})
+    _set_parameters(config, {contract.MANIFEST_PARAMETER: _manifest_json(manifest)})
     for model, step_inputs, step_outputs in steps:
         _step(config, model, step_inputs, step_outputs)
     return config
@@ -154,7 +158,7 @@ def _result_outputs() -> list[tuple]:
 
 
 def write_repository(
-    out_dir: str | Path, manifest: dict, flavor: str = "onnx", device: str = "gpu"
+    out_dir: str | Path, manifest: contract.Manifest, flavor: str = "onnx", device: str = "gpu"
 ) -> list[str]:
     """Write every config, Python model and ensemble around the graphs in `out_dir`."""
     if flavor not in FLAVORS:
@@ -162,13 +166,9 @@ def write_repository(
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     out_dir = Path(out_dir)
-    manifest = contract.check_manifest(manifest)
-    manifest = {
-        **manifest,
-        "flavor": flavor,
-        "device": device,
-        "max_keywords": contract.MAX_KEYWORDS,
-    }
+    manifest = manifest.with_entries(
+        flavor=flavor, device=device, max_keywords=contract.MAX_KEYWORDS
+    )
     sig = {}
     graphs = [*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS]
     for name in graphs:
@@ -178,11 +178,10 @@ def write_repository(
     if missing:
         raise FileNotFoundError(f"{out_dir} lacks the graphs {missing}; export them first")
     written = list(sig)
-    s = int(manifest["image_size"])
     params = {
-        "image_size": s,
+        "image_size": manifest.image_size,
         "max_keywords": contract.MAX_KEYWORDS,
-        "exemplar_slots": manifest["exemplar_slots"],
+        "exemplar_slots": manifest.exemplar_slots,
     }
     options = [(n, t, [1]) for n, t in RESULT_OPTIONS]
     option_names = [n for n, _, _ in options]
@@ -256,9 +255,7 @@ def write_repository(
         _result_outputs() + [(contract.KEYWORD_COUNTS, "TYPE_INT32", [-1])],
         option_names + [n for n, _, _ in batched_concepts],
     )
-    _set_parameters(
-        multi, {**params, contract.MANIFEST_PARAMETER: json.dumps(manifest, sort_keys=True)}
-    )
+    _set_parameters(multi, {**params, contract.MANIFEST_PARAMETER: _manifest_json(manifest)})
     _instances(multi, "KIND_CPU")
     _python_model(out_dir / contract.MULTI, multi, "multi")
     written.append(contract.MULTI)
@@ -268,7 +265,7 @@ def write_repository(
     return written
 
 
-def _interactive(out_dir: Path, sig: dict, manifest: dict, params: dict) -> str:
+def _interactive(out_dir: Path, sig: dict, manifest: contract.Manifest, params: dict) -> str:
     enc_in, _ = sig[contract.ENCODER]
     pvs_in, pvs_out = sig[contract.PVS_DECODER]
     prompts = [e for e in pvs_in if e[0] in contract.PVS_PROMPTS]
@@ -302,7 +299,7 @@ def _interactive(out_dir: Path, sig: dict, manifest: dict, params: dict) -> str:
             "low_res_size": masks_dims[-1],
             "cache_size": 8,
             "cache_ttl_s": 900,
-            contract.MANIFEST_PARAMETER: json.dumps(manifest, sort_keys=True),
+            contract.MANIFEST_PARAMETER: _manifest_json(manifest),
         },
     )
     _instances(config, "KIND_CPU")

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from napari_sam3 import validate
 from napari_sam3.masks import RleMasks, box_nms, dedup_masks
 from napari_sam3.triton_models.postprocess import upsample_logits as upscale_logits
 
@@ -53,7 +54,7 @@ Decode = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 def point_grid(points_per_side: int) -> np.ndarray:
     """[n*n, 2] (x, y) cell centres of an n x n grid over [0, 1]^2, x varying fastest."""
-    n = _positive_int(points_per_side, "points_per_side")
+    n = validate.positive_int("points_per_side", points_per_side)
     offset = 1.0 / (2 * n)
     side = np.linspace(offset, 1.0 - offset, n)
     xs, ys = np.meshgrid(side, side)
@@ -103,23 +104,18 @@ def generate_masks(
     edges, x2/y2 exclusive), `points` float32 [N,2] (the click that made each mask), `areas`
     int64 [N], and `counts` (how many candidates each step kept).
     """
-    size = _positive_int(image_size, "image_size")
+    size = validate.positive_int("image_size", image_size)
     rows, cols = (size, size) if valid_shape is None else (int(v) for v in valid_shape)
     if not (0 < rows <= size and 0 < cols <= size):
         raise ValueError(f"valid_shape {valid_shape} must lie within the {size}x{size} input")
-    batch = _positive_int(batch, "batch")
-    min_area = int(min_area)
-    for name, value in (
-        ("pred_iou_thresh", pred_iou_thresh),
-        ("stability_score_thresh", stability_score_thresh),
-        ("box_nms_thresh", box_nms_thresh),
-    ):
-        if not 0.0 <= float(value) <= 1.0:
-            raise ValueError(f"{name} must be within [0, 1], got {value}")
-    if not 0.0 < float(dedup_threshold) <= 1.0:
-        raise ValueError(f"dedup_threshold must be within (0, 1], got {dedup_threshold}")
-    if float(stability_score_offset) < 0:
-        raise ValueError(f"stability_score_offset must be >= 0, got {stability_score_offset}")
+    batch = validate.positive_int("batch", batch)
+    min_area = validate.integer("min_area", min_area, 0)
+    validate.unit_interval("pred_iou_thresh", pred_iou_thresh)
+    validate.unit_interval("stability_score_thresh", stability_score_thresh)
+    validate.unit_interval("box_nms_thresh", box_nms_thresh)
+    validate.unit_interval("dedup_threshold", dedup_threshold, open_low=True)
+    validate.non_negative("stability_score_offset", stability_score_offset)
+    validate.number("mask_threshold", mask_threshold)
 
     points = (point_grid(points_per_side) * np.array([cols, rows])).astype(np.float32)
     counts = {"points": len(points), "candidates": 0, "iou": 0, "stability": 0, "area": 0}
@@ -200,9 +196,3 @@ def _decode(decode: Decode, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             f"got {low_res.shape} and {iou.shape}"
         )
     return low_res, iou
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)

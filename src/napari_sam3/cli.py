@@ -18,6 +18,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .bands import parse_bands
+from .prompts import parse_keywords
+
 RANDOM_BANNER = """
 ############################################################################
 #  RANDOM WEIGHTS: this model was never trained. Its masks are MEANINGLESS. #
@@ -51,10 +54,10 @@ def ensure_repository(
     if manifest_path.exists():
         manifest = contract.load_manifest(manifest_path)
         # The manifest records the checkpoint's file name (None for random weights).
-        if manifest.get("checkpoint") == (checkpoint.name if checkpoint else None):
+        if manifest.checkpoint == (checkpoint.name if checkpoint else None):
             return out
         raise FileExistsError(
-            f"{out} holds another model ({'random weights' if manifest['random_weights'] else 'a checkpoint'}); "
+            f"{out} holds another model ({'random weights' if manifest.random_weights else 'a checkpoint'}); "
             "remove it or choose another --models folder"
         )
     exporter = shutil.which("sam3-export") or str(Path(sys.executable).parent / "sam3-export")
@@ -83,11 +86,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     models = Path(args.models or f"models/{'sam3-' + size if checkpoint else 'random-' + size}")
     ensure_repository(models, checkpoint, size)
     client = Sam3Client.local(models)
-    random_weights = bool(client.manifest.get("random_weights"))
+    random_weights = client.manifest.random_weights
     if random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
     raster = read_raster(sentinel2_true_colour())
-    keywords = [k.strip() for k in args.keywords.split(",") if k.strip()]
+    keywords = parse_keywords(args.keywords)
     options = {"score_thr": 0.0, "max_det": 20} if random_weights else {}
     df = client.multi(raster, keywords, **options)
     out = Path(args.out)
@@ -183,17 +186,13 @@ def _plan_outputs(
     return targets, merged
 
 
-def _split(text: str | None) -> list[str]:
-    return [w.strip() for w in (text or "").split(",") if w.strip()]
-
-
 def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
-    keywords = _split(args.keywords)
+    keywords = parse_keywords(args.keywords)
     if args.prompt is None and not keywords and not args.concept:
         raise UsageError("nothing to look for: give --prompt, --keywords or --concept")
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty; give a word such as 'building'")
-    bands = [int(b) if b.isdigit() else b for b in _split(args.bands)] or None
+    bands = parse_bands(args.bands)
     return {
         "prompt": args.prompt,
         "keywords": keywords or None,
@@ -258,7 +257,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
     from .gis import write_vector
     from .scene import scene_geodataframe, segment_scene, write_scene
 
-    if client.manifest.get("random_weights"):
+    if client.manifest.random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
     if targets and not targets[0].parent.exists():
         targets[0].parent.mkdir(parents=True)
@@ -318,7 +317,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     client = Sam3Client(args.server) if args.server else Sam3Client.local(args.models)
     print(repr(client))
-    print(json.dumps(client.manifest, indent=2, sort_keys=True))
+    print(json.dumps(client.manifest.as_dict(), indent=2, sort_keys=True))
     return 0
 
 
@@ -351,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     segment.add_argument("rasters", nargs="+", metavar="RASTER", help="raster files or folders")
     segment.add_argument("--prompt", help="what to look for, e.g. building")
-    segment.add_argument("--keywords", help="several things at once, comma-separated: a,b,c")
+    segment.add_argument(
+        "--keywords", help="several things at once, separated by commas or semicolons: a,b,c"
+    )
     segment.add_argument(
         "--concept", action="append", metavar="FILE.npz", help="a saved concept (repeatable)"
     )

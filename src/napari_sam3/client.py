@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import contract
+from . import contract, validate
 from .concept import Concept
 from .engines.local import LocalEngine
 from .letterbox import Letterbox
@@ -61,17 +61,27 @@ class Sam3Client:
 
     def _load_manifest(self) -> None:
         self.manifest = contract.manifest_from_config(self.engine.config(contract.SEGMENT))
-        self.image_size = int(self.manifest["image_size"])
-        self.model_id = str(self.manifest["model_id"])
+        self.image_size = self.manifest.image_size
+        self.model_id = self.manifest.model_id
 
     @property
     def address(self) -> str:
         return self.engine.address
 
+    def close(self) -> None:
+        """Close the gRPC channels (Triton) or release the ONNX Runtime sessions (embedded)."""
+        self.engine.close()
+
+    def __enter__(self) -> Sam3Client:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def __repr__(self) -> str:
-        weights = "RANDOM WEIGHTS" if self.manifest.get("random_weights") else "checkpoint"
+        weights = "RANDOM WEIGHTS" if self.manifest.random_weights else "checkpoint"
         return (
-            f"Sam3Client({self.address!r}, size={self.manifest.get('size')}, "
+            f"Sam3Client({self.address!r}, size={self.manifest.size}, "
             f"input={self.image_size}px, {weights}, model_id={self.model_id[:12]})"
         )
 
@@ -100,7 +110,7 @@ class Sam3Client:
         return self.prepare(image, bands)
 
     def _exemplar_slots(self, letterbox: Letterbox, boxes, labels) -> dict[str, np.ndarray]:
-        k = int(self.manifest["exemplar_slots"])
+        k = self.manifest.exemplar_slots
         slots = {
             contract.EXEMPLAR_BOXES: np.zeros((1, k, 4), np.float32),
             contract.EXEMPLAR_LABELS: np.zeros((1, k), np.int64),
@@ -110,7 +120,7 @@ class Sam3Client:
             if labels is not None:
                 raise ValueError("exemplar_labels given without exemplar_boxes")
             return slots
-        boxes = _as_boxes(boxes)
+        boxes = validate.boxes(boxes, "exemplar boxes")
         if len(boxes) > k:
             raise ValueError(f"at most {k} exemplar boxes fit one request, got {len(boxes)}")
         if labels is None:
@@ -131,18 +141,13 @@ class Sam3Client:
     def _thresholds(score_thr, mask_thr, max_det) -> dict[str, np.ndarray]:
         options = {}
         if score_thr is not None:
-            _check_unit("score_thr", score_thr, closed=True)
+            score_thr = validate.unit_interval("score_thr", score_thr)
             options[contract.SCORE_THR] = np.array([score_thr], np.float32)
         if mask_thr is not None:
-            _check_unit("mask_thr", mask_thr, closed=False)
+            mask_thr = validate.unit_interval("mask_thr", mask_thr, open_low=True, open_high=True)
             options[contract.MASK_THR] = np.array([mask_thr], np.float32)
         if max_det is not None:
-            if (
-                isinstance(max_det, bool)
-                or not isinstance(max_det, int | np.integer)
-                or max_det < 1
-            ):
-                raise ValueError(f"max_det must be a positive integer, got {max_det!r}")
+            max_det = validate.positive_int("max_det", max_det, validate.INT32_MAX)
             options[contract.MAX_DET] = np.array([max_det], np.int32)
         return options
 
@@ -231,7 +236,7 @@ class Sam3Client:
         bad = [k for k in keywords if not isinstance(k, str) or not k.strip()]
         if bad:
             raise ValueError(f"every keyword must be a non-empty string, got {bad!r}")
-        limit = int(self.manifest["max_keywords"])
+        limit = self.manifest.max_keywords
         if len(keywords) + len(named) > limit:
             raise ValueError(
                 f"at most {limit} keywords and concepts per call, got {len(keywords) + len(named)}"
@@ -279,7 +284,8 @@ class Sam3Client:
         bands: Sequence[int | str] | None = None,
     ) -> Concept:
         """Box exemplars on this image -> a portable Concept to apply to other images."""
-        if boxes is None or len(_as_boxes(boxes)) == 0:
+        boxes = None if boxes is None else validate.boxes(boxes, "exemplar boxes")
+        if boxes is None or len(boxes) == 0:
             raise ValueError("encode_exemplars needs at least one box [x1, y1, x2, y2]")
         prepared = self._as_prepared(image, bands)
         inputs = {contract.IMAGES: prepared.images_u8}
@@ -289,10 +295,8 @@ class Sam3Client:
             tensors_={name_: np.asarray(out[name_]) for name_ in contract.CONCEPT_OUTPUTS},
             model_id=self.model_id,
             name=name,
-            boxes=_as_boxes(boxes),
-            labels=np.ones(len(_as_boxes(boxes)), np.int64)
-            if labels is None
-            else np.asarray(labels),
+            boxes=boxes,
+            labels=np.ones(len(boxes), np.int64) if labels is None else np.asarray(labels),
         )
 
     # -- interactive -------------------------------------------------------------------------
@@ -323,31 +327,6 @@ def _named_concepts(concepts, model_id: str) -> list[tuple[str, Concept]]:
     return items
 
 
-def _as_boxes(boxes) -> np.ndarray:
-    try:
-        array = np.asarray(boxes, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"boxes must be numbers [x1, y1, x2, y2], got {boxes!r}") from None
-    if array.ndim == 1 and array.size == 4:
-        array = array[None]
-    if array.ndim != 2 or array.shape[1] != 4:
-        raise ValueError(f"boxes must have shape (N, 4) as [x1, y1, x2, y2], got {array.shape}")
-    if not np.isfinite(array).all():
-        raise ValueError("boxes contain NaN or infinite values")
-    return array
-
-
-def _check_unit(name: str, value, closed: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    ok = 0 <= value <= 1 if closed else 0 < value < 1
-    if not ok:
-        bounds = "[0, 1]" if closed else "(0, 1)"
-        raise ValueError(f"{name} must be within {bounds}, got {value}")
-
-
 def _check_dedup(dedup) -> None:
     if dedup is not None:
-        _check_unit("dedup", dedup, closed=True)
-        if dedup == 0:
-            raise ValueError("dedup must be > 0 (or None to keep every mask)")
+        validate.unit_interval("dedup", dedup, open_low=True, hint="(or None to keep every mask)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,6 @@ MANIFEST_PARAMETER = "sam3_manifest"
 PATCH_SIZE = 14
 TEXT_TOKENS = 32
 EXEMPLAR_SLOTS = 8
-# Concept tokens: one per exemplar slot plus the geometry encoder's CLS token.
-CONCEPT_TOKENS = EXEMPLAR_SLOTS + 1
 MAX_KEYWORDS = 8
 # The official "no text" query: exemplar-only prompts run with this text (as SAM3's processor).
 VISUAL_PROMPT = "visual"
@@ -116,8 +114,6 @@ PVS_PROMPTS = (
 )
 PVS_DECODER_MASKS = "pvs_masks"  # float32 [B, 3, 4f, 4f] low-res mask logits (multimask)
 PVS_DECODER_IOU = "pvs_iou"  # float32 [B, 3]
-PVS_SINGLE_MASK = "pvs_single_mask"  # float32 [1, 1, 4f, 4f] (multimask_output=False)
-PVS_SINGLE_IOU = "pvs_single_iou"  # float32 [1, 1]
 PVS_DECODER_OUTPUTS = (PVS_DECODER_MASKS, PVS_DECODER_IOU)
 PVS_IOU = "iou"
 PVS_LOW_RES = "low_res_masks"
@@ -127,30 +123,39 @@ PVS_GRID_LOW_RES = "grid_low_res_masks"
 PVS_GRID_IOU = "grid_iou"
 INTERACTIVE_OUTPUTS = (PVS_IOU, PVS_LOW_RES, MASKS_RLE)
 
-# dtype names (numpy spelling) -> Triton config data types
-TRITON_DTYPES = {
-    "bool": "TYPE_BOOL",
-    "uint8": "TYPE_UINT8",
-    "int32": "TYPE_INT32",
-    "int64": "TYPE_INT64",
-    "float32": "TYPE_FP32",
-}
-
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One graph input or output: name, dtype (numpy spelling) and static shape."""
+    """One input or output of a graph or a Triton model.
+
+    `dtype` in numpy spelling ("float32", "object" for Triton strings); `shape` with -1 where
+    any size fits (Triton models; the graphs are static); `optional` as in a Triton config.
+    """
 
     name: str
     dtype: str
     shape: tuple[int, ...]
-
-    @property
-    def triton_dtype(self) -> str:
-        return TRITON_DTYPES[self.dtype]
+    optional: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    def describe(self) -> str:
+        dims = ",".join("?" if d < 0 else str(d) for d in self.shape)
+        return f"{self.name} {self.dtype}[{dims}]"
+
+    def check(self, value: Any) -> None:
+        """Raise ValueError, as Triton would, when the array `value` does not fit."""
+        if self.dtype == "object":
+            ok_dtype = value.dtype.kind in "OSU"
+        else:
+            ok_dtype = value.dtype.name == self.dtype
+        if not ok_dtype:
+            raise ValueError(f"input {self.describe()} got dtype {value.dtype}")
+        if len(value.shape) != len(self.shape) or any(
+            d >= 0 and d != s for d, s in zip(self.shape, value.shape, strict=True)
+        ):
+            raise ValueError(f"input {self.describe()} got shape {list(value.shape)}")
 
 
 @dataclass(frozen=True)
@@ -209,18 +214,14 @@ class Sizes:
 
     @property
     def concept_tokens(self) -> int:
+        """One per exemplar slot plus the geometry encoder's CLS token."""
         return self.exemplar_slots + 1
 
-    @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any]) -> Sizes:
-        return cls(
-            image_size=int(manifest["image_size"]),
-            d_model=int(manifest["d_model"]),
-            num_queries=int(manifest["num_queries"]),
-            text_tokens=int(manifest["text_tokens"]),
-            exemplar_slots=int(manifest["exemplar_slots"]),
-            patch_size=int(manifest.get("patch_size", PATCH_SIZE)),
-        )
+    def __post_init__(self) -> None:
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}"
+            )
 
 
 def vision_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
@@ -247,10 +248,6 @@ def text_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
         TensorSpec(TEXT_FEATURES, "float32", (1, t, sizes.d_model)),
         TensorSpec(TEXT_PADDING_MASK, "bool", (1, t)),
     )
-
-
-def exemplar_names() -> tuple[str, str, str]:
-    return (EXEMPLAR_BOXES, EXEMPLAR_LABELS, EXEMPLAR_VALID)
 
 
 def exemplar_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
@@ -280,13 +277,11 @@ def decoder_output_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
     )
 
 
-def graph_io(name: str, sizes: Sizes | Mapping[str, Any]) -> GraphIO:
-    """Inputs and outputs of one graph (`sizes`: a `Sizes` or the manifest).
+def graph_io(name: str, sizes: Sizes) -> GraphIO:
+    """Inputs and outputs of one graph (`Manifest.graph_io` uses the repository's sizes).
 
     The PVS graphs use the default slot counts here; `pvs_graph_io` takes others.
     """
-    if not isinstance(sizes, Sizes):
-        sizes = Sizes.from_manifest(sizes)
     s = sizes.image_size
     vision = vision_specs(sizes)
     grounding = _by_name(vision, GROUNDING_VISION)
@@ -344,8 +339,6 @@ def pvs_graph_io(
         outputs = (
             TensorSpec(PVS_DECODER_MASKS, "float32", (1, 3, m, m)),
             TensorSpec(PVS_DECODER_IOU, "float32", (1, 3)),
-            TensorSpec(PVS_SINGLE_MASK, "float32", (1, 1, m, m)),
-            TensorSpec(PVS_SINGLE_IOU, "float32", (1, 1)),
         )
         return GraphIO(name, inputs, outputs)
     raise KeyError(f"unknown PVS graph {name!r}")
@@ -357,41 +350,133 @@ def graph_path(repository: str | os.PathLike, name: str, version: int = 1) -> Pa
 
 
 # -- the manifest ---------------------------------------------------------------------------
-REQUIRED_MANIFEST_KEYS = (
-    "manifest_version",
-    "size",
-    "image_size",
-    "d_model",
-    "text_tokens",
-    "exemplar_slots",
-    "num_queries",
-    "mask_size",
-    "random_weights",
-    "model_id",
-)
-
-
-def check_manifest(manifest: Mapping[str, Any], source: str = "manifest") -> dict[str, Any]:
-    """Validate a manifest dict (version, required keys, consistent sizes); return a copy."""
-    if not isinstance(manifest, Mapping):
-        raise ValueError(f"{source}: a manifest must be a JSON object")
-    missing = [k for k in REQUIRED_MANIFEST_KEYS if k not in manifest]
-    if missing:
-        raise ValueError(f"{source}: manifest lacks {missing}")
-    if int(manifest["manifest_version"]) != MANIFEST_VERSION:
+def _field(data: Mapping[str, Any], key: str, kind: type, source: str, optional: bool = False):
+    if key not in data or (optional and data[key] is None):
+        if optional:
+            return None
+        raise ValueError(f"{source}: manifest lacks the field {key!r}; re-export the repository")
+    value = data[key]
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok or (kind is int and value < 0):
         raise ValueError(
-            f"{source}: manifest_version {manifest['manifest_version']} is not supported "
-            f"(this napari-sam3 reads version {MANIFEST_VERSION}); re-export the repository"
+            f"{source}: manifest field {key!r} must be a "
+            f"{'non-negative integer' if kind is int else kind.__name__}, got {value!r}"
         )
-    sizes = Sizes.from_manifest(manifest)
-    if sizes.image_size % sizes.patch_size:
-        raise ValueError(f"{source}: image_size {sizes.image_size} is not a multiple of 14")
-    if int(manifest["mask_size"]) != sizes.mask_size:
-        raise ValueError(f"{source}: mask_size {manifest['mask_size']} != {sizes.mask_size}")
-    return dict(manifest)
+    return value
 
 
-def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Manifest:
+    """`sam3_manifest.json` read once and checked: what the client knows about a repository.
+
+    The constructors (`from_dict`, `load_manifest`, `manifest_from_config`) validate every
+    field; a bad manifest is a ValueError naming its source and the field. `as_dict()` is the
+    JSON as written (entries without a field here, e.g. `versions`, are kept there).
+    """
+
+    sizes: Sizes
+    size: str
+    model_id: str
+    random_weights: bool
+    seed: int | None
+    checkpoint: str | None
+    max_keywords: int
+    # The interactive graphs' slot counts (None: exported without them).
+    pvs_points: int | None
+    pvs_grid_batch: int | None
+    pvs_grid_points: int | None
+    pvs_mask_input_size: int | None
+    # Written by `sam3_export.triton_repo.write_repository` (None in the bare export's file).
+    flavor: str | None
+    device: str | None
+    files: Mapping[str, Any]
+    source: str = field(default="manifest", compare=False)
+    data: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def image_size(self) -> int:
+        return self.sizes.image_size
+
+    @property
+    def exemplar_slots(self) -> int:
+        return self.sizes.exemplar_slots
+
+    @property
+    def num_queries(self) -> int:
+        return self.sizes.num_queries
+
+    @property
+    def mask_size(self) -> int:
+        return self.sizes.mask_size
+
+    def graph_io(self, name: str) -> GraphIO:
+        """The tensor specs of one graph of this repository."""
+        if name in PVS_GRAPHS and self.pvs_points is not None:
+            return pvs_graph_io(
+                name, self.sizes, self.pvs_points, self.pvs_grid_batch, self.pvs_grid_points
+            )
+        return graph_io(name, self.sizes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.data))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "manifest") -> Manifest:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{source}: a manifest must be a JSON object")
+        version = _field(data, "manifest_version", int, source)
+        if version != MANIFEST_VERSION:
+            raise ValueError(
+                f"{source}: manifest_version {version} is not supported "
+                f"(this napari-sam3 reads version {MANIFEST_VERSION}); re-export the repository"
+            )
+        try:
+            sizes = Sizes(
+                image_size=_field(data, "image_size", int, source),
+                d_model=_field(data, "d_model", int, source),
+                num_queries=_field(data, "num_queries", int, source),
+                text_tokens=_field(data, "text_tokens", int, source),
+                exemplar_slots=_field(data, "exemplar_slots", int, source),
+                patch_size=_field(data, "patch_size", int, source),
+            )
+        except (ValueError, ZeroDivisionError) as exc:
+            raise ValueError(f"{source}: {exc}") from None
+        mask_size = _field(data, "mask_size", int, source)
+        if mask_size != sizes.mask_size:
+            raise ValueError(
+                f"{source}: manifest field 'mask_size' {mask_size} != 4 * image_size / "
+                f"patch_size = {sizes.mask_size}"
+            )
+        pvs_mask = _field(data, "pvs_mask_input_size", int, source, optional=True)
+        if pvs_mask is not None and pvs_mask != sizes.mask_size:
+            raise ValueError(
+                f"{source}: manifest field 'pvs_mask_input_size' {pvs_mask} != {sizes.mask_size}"
+            )
+        return cls(
+            sizes=sizes,
+            size=_field(data, "size", str, source),
+            model_id=_field(data, "model_id", str, source),
+            random_weights=_field(data, "random_weights", bool, source),
+            seed=_field(data, "seed", int, source, optional=True),
+            checkpoint=_field(data, "checkpoint", str, source, optional=True),
+            max_keywords=_field(data, "max_keywords", int, source),
+            pvs_points=_field(data, "pvs_points", int, source, optional=True),
+            pvs_grid_batch=_field(data, "pvs_grid_batch", int, source, optional=True),
+            pvs_grid_points=_field(data, "pvs_grid_points", int, source, optional=True),
+            pvs_mask_input_size=pvs_mask,
+            flavor=_field(data, "flavor", str, source, optional=True),
+            device=_field(data, "device", str, source, optional=True),
+            files=_field(data, "files", dict, source, optional=True) or {},
+            source=source,
+            data=json.loads(json.dumps(data)),
+        )
+
+    def with_entries(self, **entries: Any) -> Manifest:
+        """A copy with more (or changed) JSON entries, validated again."""
+        return Manifest.from_dict({**self.as_dict(), **entries}, self.source)
+
+
+def load_manifest(path: str | os.PathLike) -> Manifest:
     """Read and validate `sam3_manifest.json` (give the file or the repository folder)."""
     path = Path(path)
     if path.is_dir():
@@ -399,13 +484,13 @@ def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"no {MANIFEST_FILE} at {path}: is this a sam3-export repository?")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from exc
-    return check_manifest(manifest, str(path))
+    return Manifest.from_dict(data, str(path))
 
 
-def manifest_from_config(config: Any) -> dict[str, Any]:
+def manifest_from_config(config: Any) -> Manifest:
     """The manifest carried by a Triton model config (parameter `sam3_manifest`).
 
     `config` is anything with a `parameters` mapping of str -> str (the parsed config.pbtxt),
@@ -419,4 +504,9 @@ def manifest_from_config(config: Any) -> dict[str, Any]:
         )
     raw = params[MANIFEST_PARAMETER]
     raw = getattr(raw, "string_value", raw)
-    return check_manifest(json.loads(raw), f"config parameter {MANIFEST_PARAMETER}")
+    source = f"config parameter {MANIFEST_PARAMETER}"
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"{source} is not valid JSON: {exc}") from None
+    return Manifest.from_dict(data, source)

@@ -1,9 +1,12 @@
-"""Detections -> label images, georeferenced polygons, GeoPackage / GeoJSON / GeoTIFF, overlay PNGs.
+"""Detections -> the GIS outputs: label images, georeferenced polygons, GeoPackage / GeoJSON / GeoTIFF.
+
+The overlay renderer lives in :mod:`napari_sam3.overlay` (``overlay_image`` and ``overlay_png``
+are re-exported here).
 
 Every function takes the result DataFrame of :class:`~napari_sam3.client.Sam3Client` (one row per
-detection; see :mod:`napari_sam3.results`). The ``mask`` column may hold
-:class:`~napari_sam3.results.FrameMask` objects, :class:`~napari_sam3.masks.rle.RleMask` objects or
-plain 2-D bool (or 0/1 integer) numpy arrays, all in the original image's pixels.
+detection; see :mod:`napari_sam3.results`). The ``mask`` column may hold any
+mask of :mod:`napari_sam3.masks.protocol` (``FrameMask``, ``RleMask``, ``SceneMask``, ``LabelMask``)
+or plain 2-D bool (or 0/1 integer) numpy arrays, all in the original image's pixels.
 
 Conventions:
 
@@ -20,11 +23,10 @@ Conventions:
 
 from __future__ import annotations
 
-import colorsys
 import datetime
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +40,14 @@ import rasterio.crs
 import rasterio.errors
 import rasterio.features
 import shapely
-from PIL import Image, ImageDraw, ImageFont
 from rasterio.transform import Affine
 from shapely.geometry import MultiPolygon, shape
 
 from .io_utils import atomic_path
-from .letterbox import _centre_index
-from .masks.rle import RleMask
+from .masks.paint import paint_frame
+from .masks.protocol import Mask, frame_masks
+from .overlay import overlay_image, overlay_png
 from .raster import Raster, RasterInfo, raster_info
-from .results import FrameMask
 
 __all__ = [
     "GEOPACKAGE_LAYER",
@@ -67,7 +68,6 @@ _COMPUTED = ("label_id", "area_px", "geometry")
 _NOT_ATTRIBUTES = {"box", "mask", "score", "keyword", "prompt_kind", "source", *_COMPUTED}
 _SCALARS = (str, int, float, bool, np.generic, datetime.date, type(None))
 
-Crop = tuple[int, int, np.ndarray]  # (first row, first column, bool pixels holding the mask)
 RasterLike = Raster | RasterInfo | str | os.PathLike
 
 
@@ -82,27 +82,7 @@ def masks_to_labels(df: pd.DataFrame, shape: tuple[int, int] | None = None) -> n
     earlier row wins. ``shape`` defaults to the masks' own shape; it is required for an empty
     DataFrame.
     """
-    shape = _frame_shape(df, shape, "masks_to_labels")
-    return _paint(_crops(df, shape), _paint_order(df), shape)
-
-
-def _paint(crops: list[Crop], order: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    labels = np.zeros(shape, dtype=np.int32)
-    for i in order:
-        r0, c0, crop = crops[i]
-        labels[r0 : r0 + crop.shape[0], c0 : c0 + crop.shape[1]][crop] = i + 1
-    return labels
-
-
-def _paint_order(df: pd.DataFrame) -> np.ndarray:
-    """Row positions in painting order: the last painted wins an overlap."""
-    n = len(df)
-    if "score" not in df.columns:
-        return np.arange(n)[::-1]
-    scores = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=np.float64)
-    scores = np.where(np.isnan(scores), -np.inf, scores)
-    # lexsort's last key is the primary one: ascending score, then later rows before earlier ones.
-    return np.lexsort((-np.arange(n), scores))
+    return paint_frame(df, shape, "masks_to_labels")[0]
 
 
 # ----------------------------------------------------------------------------- polygons
@@ -154,7 +134,7 @@ def to_geodataframe(
 
     out_crs, affine, raster_shape, raster_source = _georeference(raster, crs, transform)
     n = len(df)
-    crops = _crops(df, _frame_shape(df, raster_shape, "to_geodataframe")) if n else []
+    crops = [m.crop() for m in _masks(df, raster_shape)] if n else []
 
     geometries = []
     areas = np.zeros(n, dtype=np.int64)
@@ -187,6 +167,14 @@ def to_geodataframe(
     if out_crs is None:
         warnings.warn(_no_crs_message(raster, affine), UserWarning, stacklevel=2)
     return gpd.GeoDataFrame(columns, geometry=geometry.reset_index(drop=True), crs=out_crs)
+
+
+def _masks(df: pd.DataFrame, shape: tuple[int, int] | None) -> list[Mask]:
+    if "mask" not in df.columns:
+        raise ValueError(
+            f"to_geodataframe needs a 'mask' column; the DataFrame has {list(df.columns)}."
+        )
+    return frame_masks(df["mask"], shape, "to_geodataframe")[0]
 
 
 def _polygonize(crop: np.ndarray, r0: int, c0: int, simplify: float) -> MultiPolygon:
@@ -278,101 +266,6 @@ def _is_scalar_column(column: pd.Series) -> bool:
     if column.dtype != object:
         return not isinstance(column.dtype, pd.CategoricalDtype)
     return all(isinstance(v, _SCALARS) and np.ndim(v) == 0 for v in column)
-
-
-# ----------------------------------------------------------------------------- masks -> crops
-
-
-def _frame_shape(df: pd.DataFrame, shape: Sequence[int] | None, where: str) -> tuple[int, int]:
-    if "mask" not in df.columns:
-        raise ValueError(f"{where} needs a 'mask' column; the DataFrame has {list(df.columns)}.")
-    if shape is None:
-        if len(df) == 0:
-            raise ValueError(
-                f"{where}: the DataFrame is empty, so the image shape is unknown; "
-                "pass shape=(rows, cols) (or raster=)."
-            )
-        shape = _mask_shape(df["mask"].iloc[0])
-    shape = tuple(shape)
-    if len(shape) != 2 or not all(isinstance(v, int | np.integer) and v > 0 for v in shape):
-        raise ValueError(
-            f"{where}: shape must be (rows, cols) of positive integers, got {shape!r}."
-        )
-    return int(shape[0]), int(shape[1])
-
-
-def _mask_shape(mask: Any) -> tuple[int, ...]:
-    # Lazy masks (FrameMask, RleMask, ...) know their shape; np.shape would make them dense.
-    shape_ = getattr(mask, "shape", None)
-    return tuple(shape_) if isinstance(shape_, tuple) else np.shape(mask)
-
-
-def _crops(df: pd.DataFrame, shape: tuple[int, int]) -> list[Crop]:
-    crops = []
-    for i, mask in enumerate(df["mask"]):
-        got = _mask_shape(mask)
-        if tuple(got) != shape:
-            raise ValueError(
-                f"row {i}: mask of shape {tuple(got)} does not match the image's {shape} "
-                "(rows, cols); masks must be in the original image's pixels (a windowed or "
-                "decimated read needs the Raster of exactly that read)."
-            )
-        if callable(getattr(mask, "crop", None)):  # scene masks keep only their bbox crop
-            crops.append(_tight(*mask.crop()))
-        elif isinstance(mask, FrameMask) and _fast_frame_mask(mask):
-            crops.append(_frame_mask_crop(mask))
-        else:
-            crops.append(_tight(0, 0, _as_bool(mask, i)))
-    return crops
-
-
-def _as_bool(mask: Any, row: int) -> np.ndarray:
-    arr = np.asarray(mask)
-    if arr.dtype == np.bool_:
-        return arr
-    if arr.dtype.kind in "ui":
-        return arr != 0
-    raise ValueError(
-        f"row {row}: a mask must be bool (or 0/1 integers), got {arr.dtype}; threshold "
-        "probabilities or logits first, e.g. mask > 0."
-    )
-
-
-def _tight(r0: int, c0: int, pixels: np.ndarray) -> Crop:
-    rows = np.flatnonzero(pixels.any(axis=1))
-    if rows.size == 0:
-        return 0, 0, np.zeros((0, 0), dtype=bool)
-    cols = np.flatnonzero(pixels.any(axis=0))
-    crop = pixels[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
-    return r0 + int(rows[0]), c0 + int(cols[0]), crop
-
-
-def _fast_frame_mask(mask: FrameMask) -> bool:
-    size = mask.letterbox.size
-    return isinstance(mask.rle, RleMask) and mask.rle.shape == (size, size)
-
-
-def _frame_mask_crop(mask: FrameMask) -> Crop:
-    """The crop of ``mask.to_dense()`` holding the mask, without making the full frame dense.
-
-    Image pixel (r, c) takes model pixel (rows_idx[r], cols_idx[c]) (Letterbox.mask_to_image);
-    the indices are non-decreasing, so the model bounding box maps to a contiguous image range.
-    """
-    lb = mask.letterbox
-    x1, y1, x2, y2 = mask.rle.bbox
-    (rows, cols), (height, width) = lb.image_shape, lb.resized_shape
-    rows_idx, cols_idx = _centre_index(rows, height), _centre_index(cols, width)
-    r0, r1 = (int(v) for v in np.searchsorted(rows_idx, [y1, y2]))
-    c0, c1 = (int(v) for v in np.searchsorted(cols_idx, [x1, x2]))
-    if r0 >= r1 or c0 >= c1:
-        return 0, 0, np.zeros((0, 0), dtype=bool)
-    model = np.asarray(mask.rle.to_dense(), dtype=bool)
-    return _tight(r0, c0, model[np.ix_(rows_idx[r0:r1], cols_idx[c0:c1])])
-
-
-def _crop_box(crop: Crop) -> list[float]:
-    r0, c0, pixels = crop
-    return [c0, r0, c0 + pixels.shape[1], r0 + pixels.shape[0]]
 
 
 # ----------------------------------------------------------------------------- writers
@@ -540,151 +433,3 @@ def _as_labels(labels: Any) -> np.ndarray:
     if arr.size and (arr.min() < info.min or arr.max() > info.max):
         raise ValueError("labels must fit in int32 (GeoTIFF is written as int32).")
     return arr.astype(np.int32, copy=False)
-
-
-# ----------------------------------------------------------------------------- overlay
-
-
-def overlay_image(
-    rgb: np.ndarray,
-    df: pd.DataFrame,
-    alpha: float = 0.45,
-    boxes: bool = True,
-    text: bool = True,
-) -> np.ndarray:
-    """The RGB picture an analyst looks at: each mask blended in its own colour, outlined, boxed.
-
-    Args:
-        rgb: uint8 ``(rows, cols, 3)`` (or ``(rows, cols)`` grey) in the masks' pixels, e.g.
-            ``client.prepare(path).rgb``.
-        df: result DataFrame; row ``i`` is drawn in colour ``i`` (overlaps as in
-            :func:`masks_to_labels`).
-        alpha: opacity of the mask fill, 0..1.
-        boxes: draw each detection's ``box`` (its mask's bounding box if there is no ``box``).
-        text: write ``keyword score`` above each box.
-    """
-    arr = np.asarray(rgb)
-    if arr.dtype != np.uint8 or not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] == 3)):
-        raise ValueError(
-            f"overlay expects uint8 RGB (rows, cols, 3) or grey (rows, cols), got {arr.dtype} "
-            f"{arr.shape}; stretch rasters with napari_sam3.stretch.to_model_rgb first."
-        )
-    if arr.ndim == 2:
-        arr = np.repeat(arr[:, :, np.newaxis], 3, axis=2)
-    alpha = float(alpha)
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha is an opacity between 0 and 1, got {alpha}.")
-    shape_ = _frame_shape(df, arr.shape[:2], "overlay")
-    crops = _crops(df, shape_)
-    order = _paint_order(df)
-    labels = _paint(crops, order, shape_)
-    palette = np.vstack([np.zeros((1, 3)), _palette(len(df))]).astype(np.float32)
-
-    out = arr.astype(np.float32)
-    inside = labels > 0
-    out[inside] = (1 - alpha) * out[inside] + alpha * palette[labels[inside]]
-    edge = inside & _boundary(labels)
-    out[edge] = palette[labels[edge]]
-    image = Image.fromarray(np.clip(np.rint(out), 0, 255).astype(np.uint8))
-    if (boxes or text) and len(df):
-        _draw_boxes(image, df, crops, order, palette, boxes, text)
-    return np.asarray(image)
-
-
-def overlay_png(
-    rgb: np.ndarray,
-    df: pd.DataFrame,
-    path: str | os.PathLike,
-    alpha: float = 0.45,
-    overwrite: bool = False,
-) -> Path:
-    """Write :func:`overlay_image` of ``rgb`` and ``df`` to a ``.png`` file, atomically."""
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise ValueError(f"overlay_png writes PNG; name the file .png, got {path.name!r}.")
-    picture = overlay_image(rgb, df, alpha=alpha)
-    with atomic_path(path, overwrite) as tmp:
-        Image.fromarray(picture).save(tmp, format="PNG")
-    return path
-
-
-def _palette(n: int) -> np.ndarray:
-    """``n`` distinct saturated colours (golden-ratio hue steps), 0..255."""
-    colours = [
-        colorsys.hsv_to_rgb((0.08 + i * 0.618033988749895) % 1.0, 0.85, 1.0 - 0.25 * ((i // 7) % 2))
-        for i in range(n)
-    ]
-    return np.asarray(colours, dtype=np.float32).reshape(n, 3) * 255
-
-
-def _boundary(labels: np.ndarray) -> np.ndarray:
-    """Pixels whose 4-neighbour (or the image edge) has a different label."""
-    edge = np.zeros(labels.shape, dtype=bool)
-    edge[:-1] |= labels[:-1] != labels[1:]
-    edge[1:] |= labels[1:] != labels[:-1]
-    edge[:, :-1] |= labels[:, :-1] != labels[:, 1:]
-    edge[:, 1:] |= labels[:, 1:] != labels[:, :-1]
-    edge[[0, -1], :] = True
-    edge[:, [0, -1]] = True
-    return edge
-
-
-def _draw_boxes(
-    image: Image.Image,
-    df: pd.DataFrame,
-    crops: list[Crop],
-    order: np.ndarray,
-    palette: np.ndarray,
-    boxes: bool,
-    text: bool,
-) -> None:
-    draw = ImageDraw.Draw(image)
-    cols, rows = image.size
-    width = max(1, round(max(rows, cols) / 400))
-    font = _font(max(10, round(max(rows, cols) / 70)))
-    box_column = df["box"].to_list() if "box" in df.columns else None
-    for i in order:
-        colour = tuple(int(v) for v in palette[i + 1])
-        if box_column is not None and box_column[i] is not None:
-            x1, y1, x2, y2 = (float(v) for v in np.asarray(box_column[i]).reshape(4))
-        elif crops[i][2].size:
-            x1, y1, x2, y2 = _crop_box(crops[i])
-        else:
-            continue
-        # Boxes are pixel edges; PIL's rectangle includes its far corner pixel.
-        left, top = round(x1), round(y1)
-        right, bottom = max(left, round(x2) - 1), max(top, round(y2) - 1)
-        if boxes:
-            draw.rectangle([left, top, right, bottom], outline=colour, width=width)
-        if text:
-            caption = _caption(df, i)
-            if caption:
-                tl, tt, tr, tb = draw.textbbox((0, 0), caption, font=font)
-                y = top - (tb - tt) - 2 * width if top >= (tb - tt) + 2 * width else top
-                draw.rectangle(
-                    [left, y, left + (tr - tl) + 2 * width, y + (tb - tt) + 2 * width], fill=colour
-                )
-                ink = (0, 0, 0) if _luma(colour) > 140 else (255, 255, 255)
-                draw.text((left + width - tl, y + width - tt), caption, fill=ink, font=font)
-
-
-def _luma(colour: tuple[int, ...]) -> float:
-    return 0.299 * colour[0] + 0.587 * colour[1] + 0.114 * colour[2]
-
-
-def _caption(df: pd.DataFrame, i: int) -> str:
-    parts = []
-    if "keyword" in df.columns and isinstance(df["keyword"].iloc[i], str):
-        parts.append(df["keyword"].iloc[i])
-    if "score" in df.columns:
-        score = pd.to_numeric(df["score"].iloc[i], errors="coerce")
-        if np.isfinite(score):
-            parts.append(f"{float(score):.2f}")
-    return " ".join(parts)
-
-
-def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
-    try:
-        return ImageFont.load_default(size=size)
-    except (TypeError, ImportError, OSError):  # Pillow without FreeType: the fixed bitmap font
-        return ImageFont.load_default()

@@ -38,6 +38,11 @@ class InteractiveSession:
         self.prepared = prepared
         self.image_id = image_id
         self.manifest = client.manifest
+        if self.manifest.pvs_points is None:
+            raise ValueError(
+                "this repository was exported without the interactive graphs; export it again "
+                "with this napari-sam3's sam3-export"
+            )
         self._history: list[tuple[PromptState, pd.DataFrame | None]] = []
         self._state = PromptState()
         self.result: pd.DataFrame | None = None
@@ -69,8 +74,8 @@ class InteractiveSession:
             raise ValueError(
                 f"point ({point[0]:g}, {point[1]:g}) lies outside the {cols}x{rows} image"
             )
-        if len(self._state.points) >= int(self.manifest["pvs_points"]):
-            raise ValueError(f"at most {int(self.manifest['pvs_points'])} points per object")
+        if len(self._state.points) >= self.manifest.pvs_points:
+            raise ValueError(f"at most {self.manifest.pvs_points} points per object")
         model_xy = self.letterbox.points_to_model(point[None])[0]
         state = replace(
             self._state,
@@ -104,7 +109,7 @@ class InteractiveSession:
         if not mask.any():
             raise ValueError("the seed mask is empty: paint at least one pixel")
         model_mask = self.letterbox.mask_to_model(mask)
-        size = int(self.manifest["pvs_mask_input_size"])
+        size = self.manifest.pvs_mask_input_size
         low = _area_resize(model_mask.astype(np.float32), size)
         logits = np.where(low >= 0.5, SEED_MASK_LOGIT, -SEED_MASK_LOGIT).astype(np.float32)
         return self._run(replace(self._state, mask_input=logits, kind="mask"))
@@ -124,14 +129,14 @@ class InteractiveSession:
 
     # -- running ----------------------------------------------------------------------------
     def _prompt_tensors(self, state: PromptState) -> dict[str, np.ndarray]:
-        p = int(self.manifest["pvs_points"])
+        p = self.manifest.pvs_points
         coords = np.zeros((1, p, 2), np.float32)
         labels = np.full((1, p), -1, np.float32)
         n = len(state.points)
         if n:
             coords[0, :n] = state.points
             labels[0, :n] = state.labels
-        size = int(self.manifest["pvs_mask_input_size"])
+        size = self.manifest.pvs_mask_input_size
         mask_input = np.zeros((1, 1, size, size), np.float32)
         if state.mask_input is not None:
             mask_input[0, 0] = state.mask_input

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -38,10 +38,4 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pa
 def atomic_write_bytes(path: Path, data: bytes, overwrite: bool = False) -> Path:
     with atomic_path(path, overwrite) as tmp:
         tmp.write_bytes(data)
-    return Path(path)
-
-
-def atomic_write(path: Path, write: Callable[[Path], None], overwrite: bool = False) -> Path:
-    with atomic_path(path, overwrite) as tmp:
-        write(tmp)
     return Path(path)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
+from napari_sam3 import validate
+
 
 @dataclass(frozen=True)
 class Letterbox:
@@ -32,15 +34,14 @@ class Letterbox:
 
     def __post_init__(self) -> None:
         shape = tuple(self.image_shape)
-        if len(shape) != 2 or not all(_is_positive_int(v) for v in shape):
+        try:
+            rows, cols = (validate.positive_int("image_shape", v) for v in shape)
+        except ValueError:
             raise ValueError(
                 f"image_shape must be (rows, cols) with positive integers, got {self.image_shape!r}; "
                 "for an RGB array pass image.shape[:2]."
-            )
-        if not _is_positive_int(self.size):
-            raise ValueError(f"size must be a positive integer, got {self.size!r}.")
-        rows, cols = (int(v) for v in shape)
-        size = int(self.size)
+            ) from None
+        size = validate.positive_int("size", self.size)
         if rows >= cols:
             resized = (size, max(1, round(cols * size / rows)))
         else:
@@ -142,6 +143,21 @@ class Letterbox:
         c = _centre_index(cols, width)
         return arr[..., r[:, np.newaxis], c[np.newaxis, :]]
 
+    def crop_to_image(self, row: int, col: int, crop: np.ndarray) -> tuple[int, int, np.ndarray]:
+        """The part of :meth:`mask_to_image` taken from a model-space crop at (row, col):
+        ``(first image row, first image column, bool pixels)``; 0 x 0 if no image pixel's centre
+        falls inside the crop (e.g. a crop in the padding)."""
+        arr = np.asarray(crop, dtype=bool)
+        (rows, cols), (height, width) = self.image_shape, self.resized_shape
+        r = _centre_index(rows, height)
+        c = _centre_index(cols, width)
+        # The indices are non-decreasing, so the crop maps to one contiguous image range.
+        r0, r1 = (int(v) for v in np.searchsorted(r, [row, row + arr.shape[0]]))
+        c0, c1 = (int(v) for v in np.searchsorted(c, [col, col + arr.shape[1]]))
+        if r0 >= r1 or c0 >= c1:
+            return 0, 0, np.zeros((0, 0), dtype=bool)
+        return r0, c0, arr[np.ix_(r[r0:r1] - row, c[c0:c1] - col)]
+
     def mask_to_model(self, mask: np.ndarray) -> np.ndarray:
         """Image-space mask(s) (..., rows, cols), e.g. a painted seed -> bool (..., S, S).
 
@@ -159,29 +175,10 @@ class Letterbox:
     # ------------------------------------------------------------------------ validation
 
     def _boxes(self, boxes: np.ndarray, where: str) -> tuple[np.ndarray, bool]:
-        arr = _as_float(boxes, where, "boxes")
-        single = arr.ndim == 1
-        if arr.shape[-1:] != (4,) or arr.ndim > 2:
-            raise ValueError(
-                f"{where}: boxes must be xyxy with shape (4,) or (N, 4), got shape {arr.shape}."
-            )
-        arr = arr.reshape(-1, 4)
-        inverted = (arr[:, 2] < arr[:, 0]) | (arr[:, 3] < arr[:, 1])
-        if inverted.any():
-            i = int(np.flatnonzero(inverted)[0])
-            raise ValueError(
-                f"{where}: box {i} {arr[i].tolist()} is not [x1, y1, x2, y2] with x1 <= x2, y1 <= y2."
-            )
-        return arr, single
+        return validate.boxes(boxes, where=where), np.ndim(boxes) == 1
 
     def _points(self, points: np.ndarray, where: str) -> tuple[np.ndarray, bool]:
-        arr = _as_float(points, where, "points")
-        single = arr.ndim == 1
-        if arr.shape[-1:] != (2,) or arr.ndim > 2:
-            raise ValueError(
-                f"{where}: points must be xy with shape (2,) or (N, 2), got shape {arr.shape}."
-            )
-        return arr.reshape(-1, 2), single
+        return validate.points(points, where=where), np.ndim(points) == 1
 
     def _clip(self, arr: np.ndarray, width: int) -> np.ndarray:
         rows, cols = self.image_shape
@@ -203,20 +200,6 @@ class Letterbox:
             f"{where}: expected a bool (or 0/1 integer) mask, got {arr.dtype}; threshold "
             "probabilities or logits first, e.g. mask > 0."
         )
-
-
-def _is_positive_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool) and value > 0
-
-
-def _as_float(values: object, where: str, what: str) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: {what} must be numbers, got {values!r}.") from exc
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{where}: {what} contain NaN or infinity: {arr.tolist()}.")
-    return arr
 
 
 def _centre_index(n_out: int, n_in: int) -> np.ndarray:

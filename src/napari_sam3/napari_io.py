@@ -40,6 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from .masks.protocol import Crop, LazyMask
+from .masks.rle import RleMask
+
 SUFFIXES = (".tif", ".tiff", ".jp2", ".j2k")
 SAM3_KEY = "sam3"
 METADATA_VERSION = 1
@@ -48,6 +51,9 @@ STRETCH_PERCENTILES = (2.0, 98.0)
 # Sentinel-2 true colour, then the usual names of RGB bands in other products.
 _RGB_NAME_SETS = (("B04", "B03", "B02"), ("red", "green", "blue"), ("r", "g", "b"))
 _BAND_COLORMAPS = ("red", "green", "blue")
+# Rasters at least this long on a side, or this large, open as lazy multiscale layers.
+LAZY_SIDE = 4096
+LAZY_BYTES = 64 * 2**20
 
 LayerData = tuple[Any, dict[str, Any], str]
 
@@ -56,23 +62,59 @@ LayerData = tuple[Any, dict[str, Any], str]
 
 
 def get_reader(path: str | Sequence[str]) -> Callable[[Any], list[LayerData]] | None:
-    """npe2 reader hook: GeoTIFF / JPEG 2000 files (several files are stacked as bands)."""
+    """npe2 reader hook: GeoTIFF / JPEG 2000 files (several files are stacked as bands).
+
+    Only the file names are checked here (napari asks every reader, so this stays cheap); a file
+    that turns out not to be a readable raster gets a notification naming it and why.
+    """
     paths = [path] if isinstance(path, str | os.PathLike) else list(path)
     if not paths or not all(Path(p).suffix.lower() in SUFFIXES for p in paths):
         return None
-    return read_layers
+    return _read_or_notify
+
+
+def _read_or_notify(path: str | Sequence[str]) -> list[LayerData]:
+    """`read_layers` for napari: a file it cannot read becomes an error notification (no layers,
+    no traceback) instead of an exception."""
+    try:
+        return read_layers(path)
+    except (ValueError, OSError) as exc:
+        from napari.utils.notifications import show_error
+
+        show_error(f"napari-sam3 could not open {_paths_text(path)}: {exc}")
+        return [(None,)]  # npe2's "read, nothing to show" sentinel
 
 
 def read_layers(path: str | Sequence[str]) -> list[LayerData]:
-    """Read one raster (or a stack of single-band files) into napari layer data tuples."""
-    from .raster import read_raster
+    """Read one raster (or a stack of single-band files) into napari layer data tuples.
+
+    Small rasters (:func:`is_small`) are read whole into numpy arrays; larger ones become
+    multiscale layers whose levels are dask arrays of windowed reads (:mod:`napari_sam3.pyramid`),
+    so opening a whole scene reads only a sample of its blocks.
+
+    Raises:
+        FileNotFoundError: a file does not exist.
+        ValueError: a file is not a readable raster (or its sampled pixels are damaged).
+    """
+    from .raster import raster_info, read_raster
 
     if isinstance(path, str | os.PathLike):
-        raster = read_raster(path)
+        source = path
     else:
         paths = list(path)
-        raster = read_raster(paths[0] if len(paths) == 1 else paths)
-    return raster_layers(raster)
+        source = paths[0] if len(paths) == 1 else paths
+    if is_small(raster_info(source)):
+        return raster_layers(read_raster(source))
+    from .pyramid import RasterPyramid
+
+    return pyramid_layers(RasterPyramid(source))
+
+
+def is_small(info) -> bool:
+    """Whether a raster (a :class:`~napari_sam3.raster.RasterInfo`) is read whole: longest side
+    under :data:`LAZY_SIDE` pixels and pixels under :data:`LAZY_BYTES`."""
+    nbytes = info.count * info.rows * info.cols * np.dtype(info.dtype).itemsize
+    return max(info.rows, info.cols) < LAZY_SIDE and nbytes < LAZY_BYTES
 
 
 def raster_layers(
@@ -92,10 +134,76 @@ def raster_layers(
     from .stretch import compute_stretch
 
     data = raster.data
-    count = data.shape[0]
+    limits = []
+    if not (data.dtype == np.uint8 and data.shape[0] == 3):
+        for i in range(data.shape[0]):
+            stats = compute_stretch(raster, bands=[i + 1], percentiles=percentiles)
+            limits.append((stats.low[0], stats.high[0]))
+    return _image_layers(
+        raster,
+        bands=list(data),
+        rgb=lambda: np.moveaxis(data, 0, -1),
+        limits=limits,
+        name=name,
+        percentiles=percentiles,
+        multiscale=False,
+    )
+
+
+def pyramid_layers(
+    pyramid, name: str | None = None, percentiles: tuple[float, float] = STRETCH_PERCENTILES
+) -> list[LayerData]:
+    """A :class:`~napari_sam3.pyramid.RasterPyramid` -> multiscale napari image layer data tuples,
+    laid out, placed and described as :func:`raster_layers` does (``pixel_shape`` is level 0's).
+
+    The contrast limits (and the model's stretch) are percentiles of
+    :meth:`~napari_sam3.pyramid.RasterPyramid.sample`: the coarsest overview, or blocks spread
+    over the scene when the file has no overviews. The stretch record says which (``sample``).
+    """
+    from .raster import Raster
+    from .stretch import compute_stretch
+
+    info = pyramid.info
+    count = info.count
+    bands = [pyramid.band_levels(b) for b in range(1, count + 1)]
+    limits = []
+    if not (np.dtype(info.dtype) == np.uint8 and count == 3):
+        sample = pyramid.sample()
+        raster = Raster(sample, info.crs, info.transform, info.nodata, info.band_names, info.path)
+        for i in range(count):
+            stats = compute_stretch(raster, bands=[i + 1], percentiles=percentiles)
+            limits.append((stats.low[0], stats.high[0]))
+
+    def rgb():
+        import dask.array as da
+
+        return [da.stack(levels, axis=-1) for levels in zip(*bands, strict=True)]
+
+    return _image_layers(
+        info,
+        bands=bands,
+        rgb=rgb,
+        limits=limits,
+        name=name,
+        percentiles=percentiles,
+        multiscale=True,
+        sample=pyramid.sample_description(),
+    )
+
+
+def _image_layers(
+    raster, bands, rgb, limits, name, percentiles, multiscale: bool, sample: str | None = None
+) -> list[LayerData]:
+    """The layer tuples of :func:`raster_layers` / :func:`pyramid_layers`: `raster` gives the
+    georeferencing (a Raster or a RasterInfo), `bands` each band's data (an array, or a list of
+    levels), `rgb()` the (rows, cols, 3) data of a uint8 RGB raster."""
+    count = len(bands)
+    dtype = np.dtype(raster.dtype)
     base = name or _base_name(raster.path)
     geo = transform_kwargs(raster.transform)
     names = list(raster.band_names)
+    pixel_shape = [int(v) for v in raster.shape[1:]]
+    extra_kwargs = {"multiscale": True} if multiscale else {}
 
     def metadata(extra: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -108,37 +216,33 @@ def raster_layers(
                 "version": METADATA_VERSION,
                 "kind": "image",
                 "world": WORLD_CONVENTION,
-                "pixel_shape": list(data.shape[1:]),
+                "pixel_shape": pixel_shape,
                 **extra,
             },
         }
 
-    if data.dtype == np.uint8 and count == 3:
-        rgb = np.moveaxis(data, 0, -1)
-        meta = metadata({"rgb_bands": names, "stretch": None})
-        return [(rgb, {"name": base, "rgb": True, "metadata": meta, **geo}, "image")]
+    def stretch(i: int) -> dict[str, Any]:
+        record = _stretch_record(limits[i], percentiles)
+        return {**record, "sample": sample} if sample else record
 
-    limits = []
-    for i in range(count):
-        stats = compute_stretch(raster, bands=[i + 1], percentiles=percentiles)
-        limits.append((stats.low[0], stats.high[0]))
+    if dtype == np.uint8 and count == 3:
+        meta = metadata({"rgb_bands": names, "stretch": None})
+        kwargs = {"name": base, "rgb": True, "metadata": meta, **extra_kwargs, **geo}
+        return [(rgb(), kwargs, "image")]
+
     if count == 1:
         meta = metadata(
-            {
-                "band": names[0],
-                "band_index": 1,
-                "rgb_bands": names[:1],
-                "stretch": _stretch_record(limits[0], percentiles),
-            }
+            {"band": names[0], "band_index": 1, "rgb_bands": names[:1], "stretch": stretch(0)}
         )
         kwargs = {
             "name": base,
             "contrast_limits": _display_limits(limits[0]),
             "colormap": "gray",
             "metadata": meta,
+            **extra_kwargs,
             **geo,
         }
-        return [(data[0], kwargs, "image")]
+        return [(bands[0], kwargs, "image")]
 
     rgb_bands = default_rgb_bands(names)
     stack = uuid.uuid4().hex
@@ -151,7 +255,7 @@ def raster_layers(
                 "band_index": i + 1,
                 "stack": stack,
                 "rgb_bands": rgb_bands,
-                "stretch": _stretch_record(limits[i], percentiles),
+                "stretch": stretch(i),
             }
         )
         colormap = (
@@ -164,9 +268,10 @@ def raster_layers(
             "blending": "additive",
             "visible": shown,
             "metadata": meta,
+            **extra_kwargs,
             **geo,
         }
-        layers.append((data[i], kwargs, "image"))
+        layers.append((bands[i], kwargs, "image"))
     return layers
 
 
@@ -198,6 +303,12 @@ def _base_name(path) -> str:
         words = os.path.commonprefix([s.split("_") for s in stems])
         return "_".join(words) or stems[0]
     return Path(path).stem
+
+
+def _paths_text(path) -> str:
+    if isinstance(path, str | os.PathLike):
+        return str(path)
+    return ", ".join(str(p) for p in path)
 
 
 def _source_text(path) -> str | list[str]:
@@ -336,24 +447,55 @@ def labels_frame(labels: np.ndarray, features=None):
     return frame
 
 
-class LabelMask:
-    """One label of a label image: its pixels kept as flat indices, full-frame bool on access."""
+class LabelMask(LazyMask):
+    """One label of a label image: its pixels kept as sorted flat indices, dense on access."""
 
-    __slots__ = ("pixels", "shape")
+    __slots__ = ("_shape", "pixels")
 
     def __init__(self, shape: tuple[int, int], pixels: np.ndarray) -> None:
-        self.shape = tuple(int(v) for v in shape)
+        self._shape = tuple(int(v) for v in shape)
         self.pixels = pixels
 
     @property
-    def box(self) -> np.ndarray:
-        rows, cols = np.divmod(self.pixels, self.shape[1])
-        return np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1], np.float32)
+    def shape(self) -> tuple[int, int]:
+        return self._shape
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        dense = np.zeros(self.shape, bool)
+    @property
+    def area(self) -> int:
+        return int(self.pixels.size)
+
+    @property
+    def bbox(self) -> tuple[int, int, int, int]:
+        if self.pixels.size == 0:
+            return (0, 0, 0, 0)
+        rows, cols = np.divmod(self.pixels, self._shape[1])
+        return (int(cols.min()), int(rows.min()), int(cols.max()) + 1, int(rows.max()) + 1)
+
+    @property
+    def box(self) -> np.ndarray:
+        return np.asarray(self.bbox, np.float32)
+
+    def crop(self) -> Crop:
+        x1, y1, x2, y2 = self.bbox
+        rows, cols = np.divmod(self.pixels, self._shape[1])
+        out = np.zeros((y2 - y1, x2 - x1), dtype=bool)
+        out[rows - y1, cols - x1] = True
+        return y1, x1, out
+
+    def to_dense(self) -> np.ndarray:
+        dense = np.zeros(self._shape, bool)
         dense.ravel()[self.pixels] = True
-        return dense if dtype is None else dense.astype(dtype)
+        return dense
+
+    def to_rle(self) -> RleMask:
+        pixels = self.pixels
+        if pixels.size == 0:
+            return RleMask.from_intervals(pixels, pixels, self._shape)
+        # Sorted pixels: a run ends where the next pixel is not the following one.
+        last = np.flatnonzero(np.diff(pixels) != 1)
+        starts = pixels[np.r_[0, last + 1]]
+        ends = pixels[np.r_[last, pixels.size - 1]] + 1
+        return RleMask.from_intervals(starts, ends, self._shape)
 
 
 def _label_pixels(labels: np.ndarray):

@@ -31,8 +31,10 @@ from rasterio.errors import NotGeoreferencedWarning, RasterioError
 from rasterio.transform import Affine
 from rasterio.windows import Window
 
+from napari_sam3 import validate
+from napari_sam3.bands import BandKey, resolve_bands
+
 PathLike = str | os.PathLike[str]
-BandKey = int | str
 WindowLike = Window | tuple[slice, slice]
 
 # Sentinel-2 product file names end in the band id: T33UUU_20170216T102101_B8A.jp2, ..._B04_10m.jp2
@@ -313,31 +315,13 @@ def _as_list(bands: Sequence[BandKey] | BandKey | None) -> list[BandKey] | None:
 
 
 def _resolve_bands(bands: Sequence[BandKey] | None, names: Sequence[str], label: str) -> list[int]:
-    """1-based indices for ``bands`` (indices or names) among ``names``."""
+    """1-based indices for ``bands`` (the rule of :mod:`napari_sam3.bands`) among ``names``."""
     count = len(names)
     if bands is None:
         return list(range(1, count + 1))
     if len(bands) == 0:
         raise ValueError(f"bands=[] selects nothing from {label}; pass band indices or names.")
-    out = []
-    for band in bands:
-        if isinstance(band, str):
-            matches = [i for i, n in enumerate(names, start=1) if n.lower() == band.lower()]
-            if not matches:
-                raise ValueError(
-                    f"{label} has no band named {band!r}; its bands are {list(names)}."
-                )
-            out.append(matches[0])
-        elif isinstance(band, int | np.integer) and not isinstance(band, bool):
-            if not 1 <= band <= count:
-                raise ValueError(
-                    f"band {int(band)} is out of range for {label}, which has {count} band(s); "
-                    f"band indices are 1-based (1..{count}), as in rasterio."
-                )
-            out.append(int(band))
-        else:
-            raise ValueError(f"a band is a 1-based index or a name, got {band!r}.")
-    return out
+    return [i + 1 for i in resolve_bands(bands, count, names, label)]
 
 
 def _to_window(window: WindowLike | None, rows: int, cols: int, label: str) -> Window:
@@ -380,8 +364,7 @@ def _decimated_shape(win: Window, max_size: int | None) -> tuple[int, int]:
     rows, cols = int(win.height), int(win.width)
     if max_size is None:
         return rows, cols
-    if isinstance(max_size, bool) or not isinstance(max_size, int | np.integer) or max_size < 1:
-        raise ValueError(f"max_size must be a positive number of pixels, got {max_size!r}.")
+    max_size = validate.positive_int("max_size", max_size)
     longest = max(rows, cols)
     if longest <= max_size:
         return rows, cols

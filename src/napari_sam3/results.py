@@ -7,17 +7,18 @@ import pandas as pd
 
 from .letterbox import Letterbox
 from .masks.dedup import dedup_masks
-from .masks.rle import RleMasks, decode_masks
+from .masks.protocol import Crop, LazyMask, tight_crop
+from .masks.rle import RleMask, RleMasks, decode_masks
 
 RESULT_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind"]
 
 
-class FrameMask:
+class FrameMask(LazyMask):
     """A mask of the original image, kept as model-space RLE and made dense on access."""
 
     __slots__ = ("letterbox", "rle")
 
-    def __init__(self, rle, letterbox: Letterbox) -> None:
+    def __init__(self, rle: RleMask, letterbox: Letterbox) -> None:
         self.rle = rle
         self.letterbox = letterbox
 
@@ -25,12 +26,15 @@ class FrameMask:
     def shape(self) -> tuple[int, int]:
         return tuple(self.letterbox.image_shape)
 
+    def crop(self) -> Crop:
+        """The image pixels holding the mask, mapped from the model-space crop alone."""
+        size = self.letterbox.size
+        if not isinstance(self.rle, RleMask) or self.rle.shape != (size, size):
+            return tight_crop(0, 0, self.to_dense())  # let mask_to_image explain the mismatch
+        return tight_crop(*self.letterbox.crop_to_image(*self.rle.crop()))
+
     def to_dense(self) -> np.ndarray:
         return self.letterbox.mask_to_image(np.asarray(self.rle.to_dense(), dtype=bool))
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        dense = self.to_dense()
-        return dense if dtype is None else dense.astype(dtype)
 
     def __repr__(self) -> str:
         return f"FrameMask(shape={self.shape}, model_area={int(self.rle.area)})"

@@ -37,3 +37,11 @@ def sentinel2_true_colour() -> list[Path]:
     """The B04, B03, B02 files (red, green, blue) of the sample scene."""
     bands = sentinel2_sample_bands()
     return [bands["B04"], bands["B03"], bands["B02"]]
+
+
+def sentinel2_sample() -> list:
+    """npe2 sample data (File > Open Sample > SAM3 for geospatial imagery): the true-colour
+    bands of the Sentinel-2 scene as napari layer data, as the reader opens the three files."""
+    from .napari_io import read_layers
+
+    return read_layers([str(p) for p in sentinel2_true_colour()])

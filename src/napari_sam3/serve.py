@@ -1,17 +1,24 @@
 """`sam3-serve DIR`: run a Triton Inference Server on a model repository written by `sam3-export`.
 
 Uses `tritonserver` from PATH, or the CPU server inside the `nvidia-pytriton` wheel (which has
-only the Python backend: serve a `--flavor python` repository with it). Binds to loopback by
-default, waits until every model is ready, prints the address, and on Ctrl-C / SIGTERM stops the
-server and cleans up its Python-backend shared-memory regions.
+only the Python backend: serve a `--flavor python` repository with it). It checks the repository
+and the ports before starting, binds to loopback unless told otherwise, reports ready only when
+every model is READY on the server it started, then supervises it: a dead Python-backend stub gets
+its model reloaded, and a server that cannot be repaired is reported and stopped. The server dies
+with the wrapper, however the wrapper ends, and leaves no shared memory behind.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import glob
+import ipaddress
+import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -19,13 +26,124 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
+from .repository_check import ModelEntry, RepositoryError, check_repository
+
 SHM_PREFIX = "triton_python_backend_shm_region_"
+STUB_NAME = "triton_python_backend_stub"
+# Exit codes of `sam3-serve`: refused before starting (bad input), and failed or unhealthy.
+EXIT_REFUSED = 2
+EXIT_FAILED = 1
+MAX_PEM_BYTES = 1024 * 1024
+# Header guarding Triton's model-repository, logging, trace and shared-memory APIs: explicit model
+# control (needed to reload a model whose stub died) would otherwise let any client that reaches
+# the ports load models, i.e. run code in the Python backend.
+KEY_HEADER = "sam3-serve-key"
+RESTRICTED = "model-repository,logging,trace,shared-memory"
+
+
+class ServeError(RuntimeError):
+    """The server could not be started, or is no longer healthy."""
+
+
+class PortError(ValueError):
+    """A port out of range, or already in use."""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for gRPC over TLS; `root_cert` also makes clients present certificates."""
+
+    cert: Path
+    key: Path
+    root_cert: Path | None = None
+
+    def check(self) -> None:
+        for what, path, marker in (
+            ("certificate", self.cert, "-----BEGIN CERTIFICATE-----"),
+            ("key", self.key, "PRIVATE KEY-----"),
+            ("root certificate", self.root_cert, "-----BEGIN CERTIFICATE-----"),
+        ):
+            if path is None:
+                continue
+            if not Path(path).is_file():
+                raise ValueError(f"TLS {what} {path} is not a file")
+            if Path(path).stat().st_size > MAX_PEM_BYTES:
+                raise ValueError(
+                    f"TLS {what} {path} is over {MAX_PEM_BYTES:,} bytes: not a PEM file"
+                )
+            try:
+                text = Path(path).read_text(encoding="ascii")
+            except (UnicodeDecodeError, OSError) as error:
+                raise ValueError(f"TLS {what} {path} is not a PEM file ({error})") from None
+            if marker not in text:
+                raise ValueError(f"TLS {what} {path} is not a PEM file (no {marker.strip('-')})")
+
+    def triton_args(self) -> list[str]:
+        args = [
+            "--grpc-use-ssl=true",
+            f"--grpc-server-cert={Path(self.cert).resolve()}",
+            f"--grpc-server-key={Path(self.key).resolve()}",
+        ]
+        if self.root_cert is not None:
+            args += [
+                f"--grpc-root-cert={Path(self.root_cert).resolve()}",
+                "--grpc-use-ssl-mutual=true",
+            ]
+        return args
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_port(host: str, port: object, what: str) -> int:
+    """`port` as an int when it is in range and free on `host`; PortError otherwise."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise PortError(f"{what} port {port!r} is out of range: give a port 1..65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise PortError(f"cannot bind {what} to {host!r}: {error.strerror}") from None
+    # Binding first is what makes "another server answered our health check" impossible: Triton
+    # would fail to bind, while the other server's endpoint answered in its place.
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT leftovers
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == 98:  # EADDRINUSE
+                raise PortError(
+                    f"{what} port {port} on {host} is already in use by another process: stop it, "
+                    f"or choose another port with --{what}-port"
+                ) from None
+            raise PortError(f"cannot bind {what} port {port} on {host}: {error.strerror}") from None
+    return port
+
+
+def _connect_host(host: str) -> str:
+    """Where to reach a server bound to `host` from this machine."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host.strip("[]") == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 @dataclass
@@ -97,11 +215,56 @@ def find_tritonserver(workdir: Path) -> TritonBinary:
 
 
 def _shm_regions() -> set[str]:
-    return set(glob.glob(f"/dev/shm/{SHM_PREFIX}*"))
+    return {os.path.basename(p) for p in glob.glob(f"/dev/shm/{SHM_PREFIX}*")}
+
+
+def _regions_of_other_stubs(own: set[int]) -> set[str]:
+    regions = set()
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.pid in own or proc.info["name"] != STUB_NAME:
+            continue
+        regions.update(a for a in proc.info["cmdline"] or () if a.startswith(SHM_PREFIX))
+    return regions
+
+
+def _die_with_parent(prctl, parent: int) -> None:  # runs in the child, between fork and exec
+    prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM lets Triton unload and clean up
+    if os.getppid() != parent:  # the parent died before the prctl
+        os._exit(1)
+
+
+_LOG_ERROR = re.compile(r'^E\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] "?(.*?)"?$')
+
+
+def log_errors(path: str | os.PathLike, limit: int = 6) -> list[str]:
+    """The last error lines Triton wrote to its log, without their prefixes."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 256 * 1024))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    errors = []
+    for line in lines:
+        match = _LOG_ERROR.match(line)
+        if match and match.group(1) not in errors:
+            errors.append(match.group(1).split("\\n")[0])
+    return errors[-limit:]
+
+
+def _reason(text: str) -> str:
+    # Triton appends the Python traceback ("\n\nAt:\n  file(line)...") to a stub's error.
+    return text.split("\n\nAt:")[0].strip().replace("\n", " ") or "no reason given"
 
 
 class TritonServer:
-    """A `tritonserver` child process on loopback ports; a context manager."""
+    """A `tritonserver` child process on loopback ports; a context manager.
+
+    `start()` checks the repository and the ports, starts the server and returns when every model
+    of the repository is READY on it; `heal()` repairs it (call it periodically, as `sam3-serve`
+    does). The server gets SIGTERM when the thread that started it ends (Linux): start it from a
+    thread that lives as long as it should, e.g. the main thread.
+    """
 
     def __init__(
         self,
@@ -111,22 +274,30 @@ class TritonServer:
         host: str = "127.0.0.1",
         log_file: str | os.PathLike | None = None,
         extra_args: list[str] | None = None,
+        *,
+        http_host: str = "127.0.0.1",
+        tls: TlsFiles | None = None,
+        load_timeout: float = 600.0,
     ) -> None:
         self.repository = Path(repository).resolve()
-        if not (self.repository / "sam3_manifest.json").exists():
-            raise FileNotFoundError(
-                f"{self.repository} is not a napari-sam3 model repository (no sam3_manifest.json); "
-                "write one with `sam3-export --out DIR`"
-            )
+        self.models: dict[str, ModelEntry] = check_repository(self.repository)
         self.host = host
-        self.grpc_port = grpc_port or free_port()
-        self.http_port = http_port or free_port()
+        self.http_host = http_host
+        self.grpc_port = free_port() if grpc_port is None else grpc_port
+        self.http_port = free_port() if http_port is None else http_port
         self.log_file = log_file
         self.extra_args = extra_args or []
+        self.tls = tls
+        self.load_timeout = load_timeout
         self.process: subprocess.Popen | None = None
         self._workdir: tempfile.TemporaryDirectory | None = None
         self._shm_before: set[str] = set()
+        self._own_regions: set[str] = set()
+        self._stub_counts: Counter[str] = Counter()
         self._log_handle = None
+        self._log_path: Path | None = None
+        self._key = secrets.token_hex(16)
+        self._server_id = f"sam3-serve-{secrets.token_hex(8)}"
 
     @property
     def grpc_address(self) -> str:
@@ -134,34 +305,85 @@ class TritonServer:
 
     @property
     def http_address(self) -> str:
-        return f"{self.host}:{self.http_port}"
+        return f"{self.http_host}:{self.http_port}"
+
+    @property
+    def log_path(self) -> Path | None:
+        """The file Triton logs to (the `log_file` given, else one in a private folder)."""
+        return self._log_path
+
+    def _check_before_start(self, binary: TritonBinary) -> None:
+        if self.grpc_port == self.http_port:
+            raise PortError(f"--grpc-port and --http-port are both {self.grpc_port}: give two")
+        check_port(self.host, self.grpc_port, "grpc")
+        check_port(self.http_host, self.http_port, "http")
+        if self.tls is not None:
+            self.tls.check()
+        if binary.backend_dir is not None:  # the nvidia-pytriton server: Python backend only
+            foreign = [
+                m.name for m in self.models.values() if m.backend not in ("python", "ensemble")
+            ]
+            if foreign:
+                raise RepositoryError(
+                    f"model {foreign[0]} needs the {self.models[foreign[0]].backend} backend, which "
+                    "the tritonserver inside nvidia-pytriton lacks (it has only the Python backend): "
+                    "export with `sam3-export --flavor python`, or put a full tritonserver on PATH"
+                )
 
     def start(self, timeout: float = 120.0) -> TritonServer:
         self._workdir = tempfile.TemporaryDirectory(prefix="sam3-serve-")
-        binary = find_tritonserver(Path(self._workdir.name))
+        try:
+            binary = find_tritonserver(Path(self._workdir.name))
+            self._check_before_start(binary)
+        except BaseException:
+            self._workdir.cleanup()
+            self._workdir = None
+            raise
         args = [
             str(binary.executable),
             f"--model-repository={self.repository}",
+            f"--id={self._server_id}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
-            f"--http-address={self.host}",
+            f"--http-address={self.http_host}",
             f"--http-port={self.http_port}",
             "--allow-metrics=false",
-            "--exit-on-error=true",
+            # Explicit control, to reload a model whose stub died; failures are read from the
+            # repository index (with exit-on-error the server would leave before it could answer).
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            "--exit-on-error=false",
             "--strict-readiness=true",
+            f"--http-restricted-api={RESTRICTED}:{KEY_HEADER}={self._key}",
+            f"--grpc-restricted-protocol={RESTRICTED}:{KEY_HEADER}={self._key}",
+            *(self.tls.triton_args() if self.tls else []),
             *self.extra_args,
         ]
         if binary.backend_dir is not None:
             args.append(f"--backend-directory={binary.backend_dir}")
         env = {**os.environ, **binary.env}
         self._shm_before = _shm_regions()
-        if self.log_file:
-            self._log_handle = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
-            out = self._log_handle
-        else:
-            out = subprocess.DEVNULL
+        self._log_path = (
+            Path(self.log_file) if self.log_file else Path(self._workdir.name) / "tritonserver.log"
+        )
+        self._log_handle = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
+        preexec = None
+        if (
+            sys.platform.startswith("linux")
+            and threading.current_thread() is threading.main_thread()
+        ):
+            # PDEATHSIG fires when the *thread* that forked ends; only the main thread lives as
+            # long as the process. The prctl function is resolved here, before the fork.
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+            parent = os.getpid()
+            preexec = lambda: _die_with_parent(prctl, parent)  # noqa: E731
         self.process = subprocess.Popen(
-            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            env=env,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the stubs go with it
+            preexec_fn=preexec,
         )
         try:
             self._wait_ready(timeout)
@@ -170,25 +392,207 @@ class TritonServer:
             raise
         return self
 
+    # -- talking to our own server -----------------------------------------------------------
+    def _http(self, method: str, path: str, timeout: float = 5.0) -> tuple[int, bytes] | None:
+        url = f"http://{_connect_host(self.http_host)}:{self.http_port}{path}"
+        request = urllib.request.Request(
+            url, data=b"{}" if method == "POST" else None, method=method,
+            headers={KEY_HEADER: self._key},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, response.read(4 * 1024 * 1024)
+        except urllib.error.HTTPError as error:
+            return error.code, error.read(64 * 1024)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return None
+
+    def _alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _owns_ports(self) -> bool:
+        """Whether the listening sockets on our ports are our tritonserver's own."""
+        try:
+            listening = {
+                c.laddr.port
+                for c in psutil.Process(self.process.pid).net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN
+            }
+        except psutil.AccessDenied:  # some platforms hide sockets: trust the id check alone
+            return True
+        except psutil.NoSuchProcess:
+            return False
+        return {self.grpc_port, self.http_port} <= listening
+
+    def _is_ours(self) -> bool:
+        answer = self._http("GET", "/v2")
+        if answer is None or answer[0] != 200:
+            return False
+        try:
+            name = json.loads(answer[1]).get("name")
+        except (ValueError, AttributeError):
+            return False
+        return name == self._server_id and self._owns_ports()
+
+    def model_states(self) -> dict[str, tuple[str, str]] | None:
+        """`{model: (state, reason)}` from the server's repository index; None if it does not answer."""
+        answer = self._http("POST", "/v2/repository/index")
+        if answer is None or answer[0] != 200:
+            return None
+        try:
+            index = json.loads(answer[1])
+            return {
+                str(e["name"]): (str(e.get("state", "")), str(e.get("reason", "")))
+                for e in index
+                if isinstance(e, dict) and "name" in e
+            }
+        except (ValueError, TypeError):
+            return None
+
+    def _stubs(self) -> dict[int, tuple[str, str]]:
+        """`{pid: (model, shm region)}` of our server's Python-backend stubs."""
+        stubs = {}
+        try:
+            children = psutil.Process(self.process.pid).children()
+        except psutil.NoSuchProcess:
+            return stubs
+        for child in children:
+            try:
+                if child.name() != STUB_NAME:
+                    continue
+                argv = child.cmdline()
+            except psutil.Error:
+                continue
+            model = self._model_of(argv[1] if len(argv) > 1 else "")
+            region = next((a for a in argv if a.startswith(SHM_PREFIX)), "")
+            if model is not None:
+                stubs[child.pid] = (model, region)
+        return stubs
+
+    def _model_of(self, model_file: str) -> str | None:
+        # A stub's first argument is its model file, <repository>/<model>/<version>/model.py.
+        try:
+            parts = Path(model_file).relative_to(self.repository).parts
+        except ValueError:
+            return None
+        return parts[0] if parts and parts[0] in self.models else None
+
+    def _note_stubs(self) -> Counter[str]:
+        stubs = self._stubs()
+        self._own_regions.update(region for _, region in stubs.values() if region)
+        return Counter(model for model, _ in stubs.values())
+
+    def _exit_message(self) -> str:
+        errors = log_errors(self._log_path) if self._log_path else []
+        message = f"tritonserver exited with code {self.process.returncode}"
+        if errors:
+            message += ": " + "; ".join(errors)
+        return message + f" (log: {self._log_path})"
+
+    def _load_failures(self, states: dict[str, tuple[str, str]]) -> list[str]:
+        failed = {m for m in self.models if states.get(m, ("",))[0] != "READY"}
+        lines = []
+        for name in sorted(failed):
+            state, reason = states.get(name, ("", ""))
+            if reason:
+                lines.append(f"  {name}: {_reason(reason)}")
+                continue
+            broken_steps = [s for s in self.models[name].steps if s in failed]
+            why = f"needs {', '.join(broken_steps)}" if broken_steps else (state or "not loaded")
+            lines.append(f"  {name}: not loaded ({why})")
+        return lines
+
     def _wait_ready(self, timeout: float) -> None:
-        url = f"http://{self.http_address}/v2/health/ready"
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"tritonserver exited with code {self.process.returncode} while loading "
-                    f"{self.repository}"
-                    + (f"; see its log {self.log_file}" if self.log_file else "")
+        while True:
+            if not self._alive():
+                raise ServeError(self._exit_message())
+            # With explicit model control the endpoints open once the startup loads are done.
+            states = self.model_states() if self._is_ours() else None
+            if states is not None and not any(s == "LOADING" for s, _ in states.values()):
+                failures = self._load_failures(states)
+                if failures:
+                    raise ServeError(
+                        f"{len(failures)} of {len(self.models)} models of {self.repository} did "
+                        "not load:\n" + "\n".join(failures) + f"\n(log: {self._log_path})"
+                    )
+                extra = sorted(set(states) - set(self.models))
+                if extra:  # the repository changed under us, or the answer is not about it
+                    raise ServeError(f"the server lists models not in {self.repository}: {extra}")
+                self._stub_counts = self._note_stubs()
+                return
+            if time.monotonic() > deadline:
+                loading = sorted(m for m, (s, _) in (states or {}).items() if s != "READY")
+                raise TimeoutError(
+                    f"tritonserver did not get ready within {timeout:.0f} s"
+                    + (f" (still loading: {', '.join(loading)})" if loading else "")
+                    + f"; see its log {self._log_path}"
                 )
-            with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
             time.sleep(0.25)
-        raise TimeoutError(f"tritonserver did not get ready within {timeout:.0f} s")
+
+    # -- supervision -------------------------------------------------------------------------
+    def problems(self) -> dict[str, str]:
+        """What is wrong now, by model (`"*"`: the whole server); empty when healthy."""
+        if not self._alive():
+            return {"*": self._exit_message()}
+        found = {}
+        counts = self._note_stubs()
+        for model, expected in self._stub_counts.items():
+            if counts[model] < expected:
+                found[model] = f"{expected - counts[model]} of its {expected} stub process(es) died"
+        states = self.model_states()
+        if states is None:
+            if not self._alive():
+                return {"*": self._exit_message()}
+            return {"*": f"the server does not answer on http {self.http_address}"}
+        for model in self.models:
+            state, reason = states.get(model, ("", ""))
+            if state != "READY" and model not in found:
+                found[model] = f"state {state or 'not loaded'}" + (
+                    f": {_reason(reason)}" if reason else ""
+                )
+        return found
+
+    def reload(self, model: str) -> None:
+        """Unload and load `model` (a load alone keeps a loaded model, dead stub and all)."""
+        self._http("POST", f"/v2/repository/models/{model}/unload", timeout=self.load_timeout)
+        answer = self._http(
+            "POST", f"/v2/repository/models/{model}/load", timeout=self.load_timeout
+        )
+        if answer is None or answer[0] != 200:
+            detail = answer[1].decode("utf-8", "replace") if answer else "no answer"
+            with contextlib.suppress(ValueError, AttributeError):
+                detail = str(json.loads(detail).get("error", detail))
+            raise ServeError(f"could not reload {model}: {_reason(detail)}")
+        deadline = time.monotonic() + 30
+        while self._note_stubs()[model] < self._stub_counts[model]:
+            if time.monotonic() > deadline:
+                raise ServeError(f"reloaded {model}, but its stub processes did not come back")
+            time.sleep(0.2)
+
+    def heal(self) -> list[str]:
+        """Reload every model found broken; what was done, one line each. ServeError when the
+        server cannot be repaired (it is dead, or a reload failed)."""
+        found = self.problems()
+        if "*" in found:
+            raise ServeError(found["*"])
+        done = []
+        # Composing models first, so that a broken ensemble can find its steps loaded again.
+        for model in sorted(found, key=lambda m: self.models[m].backend == "ensemble"):
+            self.reload(model)
+            done.append(f"{model}: {found[model]}; reloaded it")
+        if done:
+            still = self.problems()
+            if still:
+                raise ServeError(
+                    "still unhealthy after reloading: "
+                    + "; ".join(f"{m}: {why}" for m, why in still.items())
+                )
+        return done
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is not None and self.process.poll() is None:
+            self._note_stubs()
             # SIGTERM to the server alone: it unloads its models and stops their stubs itself.
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
@@ -202,9 +606,12 @@ class TritonServer:
             # The stubs are in the server's process group; make sure none outlives it.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
-        for region in _shm_regions() - self._shm_before:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(region)
+        # Our stubs' regions, and regions new since the start that no other server's stub uses.
+        own_pids = {self.process.pid} if self.process is not None else set()
+        leftover = (_shm_regions() - self._shm_before) - _regions_of_other_stubs(own_pids)
+        for region in (self._own_regions | leftover) & _shm_regions():
+            with contextlib.suppress(FileNotFoundError, PermissionError):
+                os.unlink(f"/dev/shm/{region}")
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
@@ -219,50 +626,114 @@ class TritonServer:
         self.stop()
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: give a port 1..65535")
+    return value
+
+
+def plaintext_warnings(host: str, http_host: str, tls: bool) -> list[str]:
+    """Warnings for plaintext endpoints bound beyond loopback."""
+    warnings = []
+    if not tls and not is_loopback(host):
+        warnings.append(
+            f"gRPC on {host} is plaintext: images and results cross the network unencrypted and "
+            "anyone who reaches the port can use it. Serve with --tls-cert/--tls-key, or keep "
+            "--host 127.0.0.1 and reach it through an SSH tunnel or a TLS proxy"
+        )
+    if not is_loopback(http_host):
+        warnings.append(
+            f"HTTP on {http_host} is plaintext (Triton's HTTP endpoint has no TLS): keep "
+            "--http-host 127.0.0.1 unless a TLS proxy fronts it"
+        )
+    return warnings
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sam3-serve", description=__doc__.splitlines()[0])
     parser.add_argument("repository", help="model repository written by sam3-export")
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    parser.add_argument("--grpc-port", type=_port, default=8001)
+    parser.add_argument("--http-port", type=_port, default=8000)
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="gRPC address to bind (default: loopback)"
+    )
+    parser.add_argument(
+        "--http-host",
+        default="127.0.0.1",
+        help="HTTP address to bind (plaintext; default: loopback)",
+    )
+    parser.add_argument("--tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
+    parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    parser.add_argument(
+        "--tls-root-cert", type=Path,
+        help="PEM CA certificate: require client certificates signed by it (mutual TLS)",
+    )  # fmt: skip
     parser.add_argument("--log-file", default=None)
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="seconds to wait for readiness"
     )
+    parser.add_argument(
+        "--probe-interval", type=float, default=2.0,
+        help="seconds between health probes of the models' stub processes (default 2)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("give --tls-cert and --tls-key together")
+    if args.tls_root_cert is not None and args.tls_cert is None:
+        parser.error("--tls-root-cert needs --tls-cert and --tls-key")
+    if not args.probe_interval > 0 or not args.timeout > 0:
+        parser.error("--timeout and --probe-interval must be positive")
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_root_cert) if args.tls_cert else None
 
-    server = TritonServer(
-        args.repository, args.grpc_port, args.http_port, args.host, log_file=args.log_file
-    )
-    stopping = False
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
 
-    def _stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    # Until ready, SIGTERM interrupts the start like Ctrl-C does (start() stops the server).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
+        server = TritonServer(
+            args.repository, args.grpc_port, args.http_port, args.host, log_file=args.log_file,
+            http_host=args.http_host, tls=tls,
+        )  # fmt: skip
+        for warning in plaintext_warnings(args.host, args.http_host, tls is not None):
+            print(f"sam3-serve: warning: {warning}", file=sys.stderr, flush=True)
         server.start(args.timeout)
-    except (FileNotFoundError, RuntimeError, TimeoutError) as error:
+    except (RepositoryError, PortError, ValueError, FileNotFoundError) as error:
         print(f"sam3-serve: {error}", file=sys.stderr)
-        return 1
+        return EXIT_REFUSED
+    except (ServeError, TimeoutError) as error:
+        print(f"sam3-serve: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("sam3-serve: interrupted while starting; stopped", file=sys.stderr)
+        return EXIT_FAILED
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stopping.set())
+    scheme = "grpc+tls" if tls else "grpc"
     print(
-        f"sam3-serve: ready on grpc {server.grpc_address} (http {server.http_address})", flush=True
+        f"sam3-serve: ready on {scheme} {server.grpc_address} (http {server.http_address}), "
+        f"{len(server.models)} models",
+        flush=True,
     )
+    code = 0
     try:
-        while not stopping and server.process.poll() is None:
-            time.sleep(0.5)
+        while not stopping.wait(args.probe_interval):
+            for line in server.heal():
+                print(f"sam3-serve: {line}", file=sys.stderr, flush=True)
+    except ServeError as error:
+        print(f"sam3-serve: unhealthy, stopping: {error}", file=sys.stderr, flush=True)
+        code = EXIT_FAILED
     finally:
         server.stop()
-    if not stopping:
-        print(
-            f"sam3-serve: tritonserver exited with code {server.process.returncode}",
-            file=sys.stderr,
-        )
-        return 1
-    print("sam3-serve: stopped", flush=True)
-    return 0
+    if code == 0:
+        print("sam3-serve: stopped", flush=True)
+    return code
 
 
 if __name__ == "__main__":

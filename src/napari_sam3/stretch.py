@@ -11,7 +11,8 @@ stretch robust to a few hot (saturated) pixels.
 - A band whose valid pixels are all equal (``low == high``) maps that value to mid-grey 128, values
   below to 0 and above to 255, with a warning: no division by zero, and the image stays visible.
 
-Band indices are 1-based, as in :mod:`napari_sam3.raster` and rasterio, so ``bands=(4, 3, 2)``
+Bands follow the one rule of :mod:`napari_sam3.bands` (1-based indices, as in rasterio, or
+case-insensitive names), so ``bands=(4, 3, 2)``
 means the same thing for a file, a :class:`~napari_sam3.raster.Raster` and its ``.data``.
 To stretch tiles of one scene consistently, compute :class:`StretchStats` once
 (:func:`scene_stretch` or :func:`compute_stretch`) and pass ``stats=`` for every tile.
@@ -27,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from napari_sam3.bands import BandKey, resolve_bands
 from napari_sam3.raster import PathLike, Raster, read_raster
 
-BandKey = int | str
 _CHUNK_PIXELS = 1 << 21  # rows per chunk are sized so temporaries stay ~16 MB
 _MAX_SAMPLES = 1 << 22  # float bands: percentiles from at most this many pixels
 _LUT_DTYPES = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16)}
@@ -233,7 +234,8 @@ def _select_channels(
     else:
         if isinstance(bands, str | int | np.integer):
             bands = [bands]
-        chosen = [_band_position(b, count, names) for b in bands]
+        where = "the Raster" if isinstance(image, Raster) else "the array"
+        chosen = resolve_bands(bands, count, names, where)
         if len(chosen) not in (1, 3):
             raise ValueError(
                 f"bands={list(bands)} selects {len(chosen)} bands; choose 3 (RGB) or 1 (grayscale)."
@@ -277,28 +279,6 @@ def _channel_axis(shape: tuple[int, ...], channel_axis: int | None) -> int:
         f"cannot tell which axis of shape {shape} holds the bands; pass channel_axis=0 for "
         "(bands, rows, cols) or channel_axis=-1 for (rows, cols, bands)."
     )
-
-
-def _band_position(band: BandKey, count: int, names: tuple[str, ...] | None) -> int:
-    """0-based position of a 1-based index or band name."""
-    if isinstance(band, str):
-        if not names:
-            raise ValueError(
-                f"band name {band!r} needs a Raster (which knows its band names); for a plain "
-                "array pass 1-based indices, e.g. bands=(4, 3, 2)."
-            )
-        for i, name in enumerate(names):
-            if name.lower() == band.lower():
-                return i
-        raise ValueError(f"no band named {band!r}; the bands are {list(names)}.")
-    if isinstance(band, int | np.integer) and not isinstance(band, bool):
-        if not 1 <= band <= count:
-            raise ValueError(
-                f"band {int(band)} is out of range: the image has {count} band(s) and band "
-                f"indices are 1-based (1..{count})."
-            )
-        return int(band) - 1
-    raise ValueError(f"a band is a 1-based index or a name, got {band!r}.")
 
 
 def _check_percentiles(percentiles: Sequence[float]) -> tuple[float, float]:

@@ -17,7 +17,7 @@ def test_text_prompt_returns_detections_in_original_pixels(local_client, s2_crop
     df = local_client.segment(s2_crop, "building", score_thr=0.0, dedup=None)
     rows, cols = s2_crop.data.shape[1:]
     assert list(df.columns[:5]) == ["box", "score", "mask", "keyword", "prompt_kind"]
-    assert len(df) == int(local_client.manifest["num_queries"])
+    assert len(df) == local_client.manifest.num_queries
     assert np.all(np.diff(df["score"].values) <= 0)
     boxes = np.stack(df["box"].values)
     assert boxes.min() >= 0 and boxes[:, 2].max() <= cols and boxes[:, 3].max() <= rows
@@ -174,6 +174,30 @@ def test_bad_inputs_get_clear_errors(local_client, s2_crop):
         Sam3Client.local("no/such/repository")
 
 
+def test_thresholds_and_counts_report_the_value_given_and_the_range(local_client):
+    image = np.zeros((64, 80, 3), np.uint8)
+    # max_det travels as int32: the client must refuse 10**12 itself, not let it wrap.
+    too_many = r"max_det must be an integer from 1 to 2147483647, got 1000000000000$"
+    with pytest.raises(ValueError, match=too_many):
+        local_client.segment(image, "x", max_det=10**12)
+    with pytest.raises(ValueError, match=too_many):
+        local_client.multi(image, ["x", "y"], max_det=10**12)
+    with pytest.raises(ValueError, match=r"max_det must be an integer from 1 .*got 2\.0$"):
+        local_client.segment(image, "x", max_det=2.0)
+    with pytest.raises(ValueError, match=r"mask_thr must be within \(0, 1\), got 1\.0$"):
+        local_client.segment(image, "x", mask_thr=1.0)
+    with pytest.raises(ValueError, match=r"dedup must be within \(0, 1\], got 0 \(or None"):
+        local_client.segment(image, "x", dedup=0)
+    with pytest.raises(ValueError, match=r"score_thr must be a number within \[0, 1\], got nan"):
+        local_client.multi(image, ["x"], score_thr=float("nan"))
+    with pytest.raises(ValueError, match=r"exemplar boxes contain NaN or infinity"):
+        local_client.encode_exemplars(image, [[1, 1, np.inf, 5]])
+    with pytest.raises(ValueError, match=r"box 0 \[9\.0, 1\.0, 5\.0, 5\.0\] is not"):
+        local_client.segment(image, "x", exemplar_boxes=[[9, 1, 5, 5]])
+    # At the edge of the range the request goes through.
+    assert len(local_client.segment(image, "x", score_thr=1.0, max_det=2**31 - 1)) == 0
+
+
 def test_everything_reuses_the_encoder_and_returns_full_frame_masks(local_client, s2_crop):
     rows, cols = s2_crop.data.shape[1:]
     session = local_client.interactive(s2_crop)
@@ -201,3 +225,23 @@ def test_multi_with_concepts_matches_segment_on_one_vision_pass(local_client, s2
     np.testing.assert_allclose(part["score"].values, alone["score"].values, atol=1e-6)
     only = local_client.multi(s2_crop, concepts={"a": concept, "b": concept}, score_thr=0.0)
     assert set(only["keyword"]) <= {"a", "b"} and len(only) > 0
+
+
+def test_close_releases_the_embedded_engine(tiny_repository, s2_crop):
+    with Sam3Client.local(tiny_repository) as client:
+        assert len(client.segment(s2_crop, "building", score_thr=0.0)) > 0
+        assert client.engine._runners  # ONNX Runtime sessions held
+    assert not client.engine._runners
+    with pytest.raises(RuntimeError, match="closed; make a new Sam3Client"):
+        client.segment(s2_crop, "building")
+
+
+def test_close_closes_the_grpc_channels(triton_server, s2_crop):
+    with Sam3Client(triton_server.grpc_address, connect_timeout=30) as client:
+        assert len(client.segment(s2_crop, "building", score_thr=0.0)) > 0
+        channels = list(client.engine._clients)
+    with pytest.raises(ConnectionError, match="closed; make a new Sam3Client"):
+        client.segment(s2_crop, "building")
+    for raw in channels:  # the channel itself is shut, not only our flag
+        with pytest.raises(ValueError, match="closed channel"):
+            raw.is_server_live()

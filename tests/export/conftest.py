@@ -26,8 +26,8 @@ class OrtRepo:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.manifest = contract.load_manifest(root)
-        self.image_size = int(self.manifest["image_size"])
-        self.slots = int(self.manifest["exemplar_slots"])
+        self.image_size = self.manifest.image_size
+        self.slots = self.manifest.exemplar_slots
         self._sessions: dict[str, ort.InferenceSession] = {}
 
     def session(self, name: str) -> ort.InferenceSession:
@@ -76,7 +76,7 @@ class Eager:
     def __init__(self, build) -> None:
         self.build = build
         self.model = build.model
-        self.image_size = build.dims.image_size
+        self.image_size = build.dims.sizes.image_size
         self.tokenizer = self.model.backbone.language_backbone.tokenizer
         self.find = SimpleNamespace(
             img_ids=torch.zeros(1, dtype=torch.int64), text_ids=torch.zeros(1, dtype=torch.int64)
@@ -177,7 +177,7 @@ def random_image(seed: int, size: int) -> np.ndarray:
 def tiny_repo(tiny_repository) -> Path:
     """The tiny model (random weights, seed 0), exported once for the whole session
     (tests/conftest.py; the repository files around the graphs do not touch them)."""
-    assert contract.load_manifest(tiny_repository)["seed"] == SEED
+    assert contract.load_manifest(tiny_repository).seed == SEED
     return tiny_repository
 
 

@@ -131,9 +131,9 @@ def test_cli_exports_a_checkpoint(tmp_path, checkpoint, ort_repo, eager, images)
     args = ["--checkpoint", str(checkpoint), "--size", "tiny", "--out", str(out), "-q"]
     assert main([*args, "--flavor", "python", "--device", "cpu"]) == 0
     manifest = contract.load_manifest(out)
-    assert manifest["random_weights"] is False and manifest["seed"] is None
-    assert manifest["checkpoint"] == checkpoint.name
-    assert manifest["model_id"] == ort_repo.manifest["model_id"]
+    assert manifest.random_weights is False and manifest.seed is None
+    assert manifest.checkpoint == checkpoint.name
+    assert manifest.model_id == ort_repo.manifest.model_id
     results = []
     for repo in (ort_repo, type(ort_repo)(out)):
         vision = repo.encode(images.a)

@@ -120,7 +120,7 @@ def features(levels) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def dims(ort_repo):
     s = ort_repo.image_size
-    return types.SimpleNamespace(s=s, m=int(ort_repo.manifest["pvs_mask_input_size"]))
+    return types.SimpleNamespace(s=s, m=ort_repo.manifest.pvs_mask_input_size)
 
 
 def click(ort_repo, features, dims, **prompt) -> dict[str, np.ndarray]:
@@ -152,17 +152,14 @@ def cases(s: int, m: int) -> dict[str, dict]:
 CASE_NAMES = list(cases(112, 32))
 
 
-def assert_matches(got: dict, want_multi, want_single) -> None:
+def assert_matches(got: dict, want_multi) -> None:
     masks, iou, low = want_multi
-    _, single_iou, single_low = want_single
     pairs = {
         "pvs_masks (clamped as the predictor returns them)": (
             np.clip(got[contract.PVS_DECODER_MASKS][0], -32, 32),
             low,
         ),
         "pvs_iou": (got[contract.PVS_DECODER_IOU][0], iou),
-        "pvs_single_mask": (np.clip(got[contract.PVS_SINGLE_MASK][0], -32, 32), single_low),
-        "pvs_single_iou": (got[contract.PVS_SINGLE_IOU][0], single_iou),
     }
     for name, (a, b) in pairs.items():
         assert a.shape == b.shape, name
@@ -188,11 +185,7 @@ def test_click_matches_official(ort_repo, features, official, dims, case):
     prompt = cases(dims.s, dims.m)[case]
     got = click(ort_repo, features, dims, **prompt)
     kw = official_kwargs(**prompt)
-    assert_matches(
-        got,
-        official(multimask_output=True, **kw),
-        official(multimask_output=False, **kw),
-    )
+    assert_matches(got, official(multimask_output=True, **kw))
 
 
 def test_refinement_feeds_back_the_best_logits(ort_repo, features, official, dims):
@@ -207,14 +200,12 @@ def test_refinement_feeds_back_the_best_logits(ort_repo, features, official, dim
     # The graph clamps its mask input to +-32, as the predictor clamps what it returns.
     got = click(ort_repo, features, dims, points=points, labels=[1, 0], mask=best_got)
     kw = official_kwargs(points, [1, 0], mask=best_ref)
-    assert_matches(
-        got, official(multimask_output=True, **kw), official(multimask_output=False, **kw)
-    )
+    assert_matches(got, official(multimask_output=True, **kw))
 
 
 def test_grid_matches_official_batch(ort_repo, features, official, dims):
     """The automatic mode's path: a batch of single clicks, as SAM's generator decodes them."""
-    b = int(ort_repo.manifest["pvs_grid_batch"])
+    b = ort_repo.manifest.pvs_grid_batch
     rng = np.random.default_rng(3)
     pts = rng.uniform(0, dims.s, (b, 1, 2)).astype(np.float32)
     got = ort_repo.run(
@@ -307,9 +298,7 @@ def test_end_to_end_through_the_encoder(ort_repo, eager, images, head, dims):
     ref = eager.backbone(images.a, "x")["sam2_backbone_out"]["backbone_fpn"]
     official = Official(head, project(head, ref))
     kw = official_kwargs(**prompt)
-    assert_matches(
-        got, official(multimask_output=True, **kw), official(multimask_output=False, **kw)
-    )
+    assert_matches(got, official(multimask_output=True, **kw))
 
 
 def test_graph_signatures_and_manifest(ort_repo, head):
@@ -318,12 +307,13 @@ def test_graph_signatures_and_manifest(ort_repo, head):
     from sam3_export.graphs.pvs_decoder import PVS_GRID_BATCH, PVS_GRID_POINTS, pvs_graph_io
 
     m = ort_repo.manifest
-    assert m["pvs_points"] == contract.PVS_POINTS
-    assert m["pvs_grid_batch"] == PVS_GRID_BATCH
-    assert m["pvs_grid_points"] == PVS_GRID_POINTS == 1
-    assert m["pvs_mask_input_size"] == m["mask_size"]
+    assert m.pvs_points == contract.PVS_POINTS
+    assert m.pvs_grid_batch == PVS_GRID_BATCH
+    assert m.pvs_grid_points == PVS_GRID_POINTS == 1
+    assert m.pvs_mask_input_size == m.mask_size
     for name in contract.PVS_GRAPHS:
         io = pvs_graph_io(name, head)
+        assert m.graph_io(name) == io
         model = onnx.load(str(contract.graph_path(ort_repo.root, name)), load_external_data=False)
         assert model.opset_import[0].version == 18
         init = {i.name for i in model.graph.initializer}
@@ -380,7 +370,7 @@ def test_builder_has_the_official_layout(monkeypatch):
     import sam3.model_builder as builder
     from sam3.model.position_encoding import PositionEmbeddingSine
 
-    from sam3_export.pvs_model import PvsDims, build_pvs_predictor, dims_of
+    from sam3_export.pvs_model import PvsDims, build_pvs_predictor, sizes_of_tracker
 
     init = PositionEmbeddingSine.__init__
 
@@ -394,4 +384,5 @@ def test_builder_has_the_official_layout(monkeypatch):
     got = {k: tuple(v.shape) for k, v in ours.model.state_dict().items()}
     assert got == want
     assert ours._bb_feat_sizes == [(288, 288), (144, 144), (72, 72)]
-    assert dims_of(ours).embed_size == 72
+    assert sizes_of_tracker(ours) == contract.Sizes(1008, 256, 0)
+    assert PvsDims.full().embed_size == 72 and PvsDims.full().low_res_size == 288

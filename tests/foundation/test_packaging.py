@@ -33,6 +33,24 @@ def test_client_side_never_imports_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_embedded_client_never_imports_grpc(tiny_repository):
+    """An embedded-only user (no Triton server) does not load grpc, not even to read configs."""
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "import napari_sam3\n"
+        "from napari_sam3 import Sam3Client\n"
+        f"client = Sam3Client.local({str(tiny_repository)!r})\n"
+        "frame = client.segment(np.zeros((40, 50, 3), np.uint8), 'x', score_thr=0, dedup=None)\n"
+        "assert len(frame) == client.manifest.num_queries, len(frame)\n"
+        "client.close()\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'grpc' or "
+        "m.startswith('tritonclient.grpc'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_wheel_ships_the_manifest_as_a_file(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",

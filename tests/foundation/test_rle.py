@@ -24,6 +24,7 @@ from napari_sam3.masks import (
     decode_masks,
     encode_mask,
     encode_masks,
+    paint_labels,
 )
 
 # ----------------------------------------------------------------------------- references
@@ -348,20 +349,23 @@ def test_pandas_column_of_masks() -> None:
     np.testing.assert_array_equal(np.asarray(frame["mask"].iloc[5]), masks[5])
 
 
-def test_to_labels_paints_later_masks_on_top() -> None:
+def test_paint_labels_paints_later_masks_on_top() -> None:
     masks = _some_masks(seed=4, n=7)
     batch = decode_masks(encode_masks(masks))
     expected = np.zeros(masks.shape[1:], dtype=np.int32)
     for i, m in enumerate(masks):
         expected[m] = i + 1
-    np.testing.assert_array_equal(batch.to_labels(), expected)
+    shape = masks.shape[1:]
+    np.testing.assert_array_equal(paint_labels(batch, shape), expected)
+    # The batch's vectorised fill and the crop loop over its masks paint the same image.
+    np.testing.assert_array_equal(paint_labels(batch.as_list(), shape), expected)
     values = np.arange(10, 17)
     expected_values = np.zeros_like(expected)
     for v, m in zip(values, masks, strict=True):
         expected_values[m] = v
-    np.testing.assert_array_equal(batch.to_labels(values), expected_values)
+    np.testing.assert_array_equal(paint_labels(batch, shape, labels=values), expected_values)
     with pytest.raises(ValueError, match="labels"):
-        batch.to_labels([1, 2])
+        paint_labels(batch, shape, labels=[1, 2])
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -184,7 +184,7 @@ def test_multispectral_needs_a_triplet():
         to_model_rgb(cube, bands=(4, 3))
     with pytest.raises(ValueError, match="1-based"):
         to_model_rgb(cube, bands=(0, 1, 2))
-    with pytest.raises(ValueError, match="needs a Raster"):
+    with pytest.raises(ValueError, match="has no band names"):
         to_model_rgb(cube, bands=("B04", "B03", "B02"))
 
 

@@ -85,3 +85,25 @@ def test_settings_survive_a_broken_file():
     assert load_connection().address == "gpu-box:8001"
     settings_path().write_text('{"connection": {"engine": "quantum"}}')
     assert load_connection() == ConnectionSettings()
+
+
+def test_disconnect_closes_the_client_it_made(make_napari_viewer, sam3_repository, sam3_client, ui):
+    import numpy as np
+
+    from napari_sam3.widgets import ConnectionWidget
+    from napari_sam3.widgets._common import STATE
+
+    widget = ConnectionWidget(make_napari_viewer())
+    widget.repository.value = str(sam3_repository)
+    ui.run(widget, widget.connect_button)
+    made = STATE.client
+    assert made is not None and made.segment(np.zeros((30, 40, 3), np.uint8), "x") is not None
+    ui.click(widget.disconnect_button)
+    assert STATE.client is None and widget.status.value == "Disconnected"
+    with pytest.raises(RuntimeError, match="closed"):
+        made.segment(np.zeros((30, 40, 3), np.uint8), "x")
+    # A client handed to the widgets from a notebook stays open: it is the notebook's.
+    STATE.set_client(sam3_client)
+    ui.click(widget.disconnect_button)
+    assert STATE.client is None
+    assert sam3_client.segment(np.zeros((30, 40, 3), np.uint8), "x") is not None

@@ -151,9 +151,21 @@ def test_keyboard_shortcuts_are_bound_and_listed(interactive, ui, qtbot):
     assert all(KeyBinding.from_str(key) not in viewer.keymap for key in SHORTCUTS)
 
 
-def test_everything(interactive, connected, ui):
-    from napari_sam3.gis import masks_to_labels
+# SAM2's quality filters (the widget's) pass nothing of the random-weight model: opened up, its
+# 4 x 4 grid gives several overlapping masks on the Sentinel-2 scene (the default 16 x 16, more).
+OPEN_FILTERS = {"pred_iou_thresh": 0.0, "stability_score_thresh": 0.0, "box_nms_thresh": 1.0}
 
+
+def test_everything(interactive, connected, ui, monkeypatch):
+    from napari_sam3.gis import masks_to_labels
+    from napari_sam3.interactive import InteractiveSession
+
+    everything = InteractiveSession.everything
+
+    def opened(self, points_per_side=16, **options):
+        return everything(self, points_per_side, **{**OPEN_FILTERS, **options})
+
+    monkeypatch.setattr(InteractiveSession, "everything", opened)
     widget, viewer = interactive, interactive.viewer
     widget.points_per_side.value = 4
     ui.click(widget.everything_button)
@@ -161,7 +173,12 @@ def test_everything(interactive, connected, ui):
     assert widget.last_error is None, widget.status.value
     layer = viewer.layers[-1]
     assert layer.name == "SAM3 everything"
-    expected = connected.interactive(widget.session.prepared).everything(points_per_side=4)
+    expected = everything(
+        connected.interactive(widget.session.prepared), points_per_side=4, **OPEN_FILTERS
+    )
+    assert len(expected) > 1, "the test needs several masks to compare"
     np.testing.assert_array_equal(layer.data, masks_to_labels(expected, (768, 1536)))
-    assert len(layer.features) == len(expected)
-    assert set(layer.features["prompt_kind"]) <= {"everything"}
+    assert layer.features["index"].tolist() == list(range(1, len(expected) + 1))
+    np.testing.assert_allclose(layer.features["score"], expected["iou"], rtol=1e-6)
+    assert set(layer.features["prompt_kind"]) == {"everything"}
+    assert f"{len(expected)} object(s)" in widget.status.value

@@ -50,6 +50,7 @@ def test_band_metadata_placement_and_model_stretch(make_napari_viewer, s2_files)
     assert meta["source"].endswith("_B04.jp2")
     assert meta["sam3"]["kind"] == "image" and meta["sam3"]["band"] == "B04"
     assert layer.data.shape == (768, 1536) and layer.data.dtype == np.uint16
+    assert not layer.multiscale and isinstance(layer.data, np.ndarray)  # small: read whole
     # Map units: pixel centre (r, c) -> (-northing, easting); world y grows southwards.
     np.testing.assert_allclose(layer.scale, (10.0, 10.0))
     np.testing.assert_allclose(layer.data_to_world((0, 0)), (-(5822040.0 - 5.0), 330000.0 + 5.0))

@@ -28,8 +28,23 @@ def test_multiband_array_layer_needs_bands():
     target = _layers.model_image(viewer, layer, "3 2 1")
     np.testing.assert_array_equal(target.image, data[[2, 1, 0]])
     assert target.shape == (20, 30) and target.offset == (0, 0)
-    with pytest.raises(ValueError, match="not an index 1..4"):
+    with pytest.raises(ValueError, match=r"band 5 is out of range .*1-based \(1\.\.4\)"):
         _layers.model_image(viewer, layer, "5 2 1")
+
+
+def test_array_layer_bands_by_name_follow_the_one_rule():
+    viewer = ViewerModel()
+    data = np.arange(4 * 20 * 30, dtype=np.uint16).reshape(4, 20, 30)
+    named = viewer.add_image(
+        data, name="named", metadata={"band_names": ["B02", "B03", "B04", "B08"]}
+    )
+    target = _layers.model_image(viewer, named, "b08, 3 B02")
+    np.testing.assert_array_equal(target.image, data[[3, 2, 0]])
+    with pytest.raises(ValueError, match=r"named has no band named 'B11'; .* 4 B08"):
+        _layers.model_image(viewer, named, "B11 B04 B03")
+    plain = viewer.add_image(data, name="plain")
+    with pytest.raises(ValueError, match=r"plain has no band names, so band 'B04'"):
+        _layers.model_image(viewer, plain, "B04 B03 B02")
 
 
 def test_rgb_layer_drops_alpha_and_refuses_bands():
@@ -141,5 +156,5 @@ def test_stack_bands_by_name_with_the_displayed_stretch():
     np.testing.assert_array_equal(
         to_model_rgb(target.image, stats=target.stats), to_model_rgb(data[[3, 2, 1]])
     )
-    with pytest.raises(ValueError, match="no band 'B11'"):
+    with pytest.raises(ValueError, match="no band named 'B11'"):
         _layers.model_image(viewer, viewer.layers[0], "B11")

@@ -33,17 +33,25 @@ def test_keywords_one_layer_each(s2_viewer, connected, s2_rgb_files, ui):
     for keyword in ("building", "road", "field"):
         layer = viewer.layers[f"SAM3 {keyword}"]
         part = frame[frame["keyword"] == keyword].reset_index(drop=True)
+        assert len(part) > 0, f"score_thr=0 keeps candidates of {keyword!r}"
         np.testing.assert_array_equal(layer.data, masks_to_labels(part, (768, 1536)))
-        assert set(layer.features["keyword"]) <= {keyword}
-        assert len(layer.features) == len(part)
+        assert layer.features["keyword"].tolist() == [keyword] * len(part)
+        np.testing.assert_allclose(layer.features["score"], part["score"], rtol=1e-6)
+    counts = frame["keyword"].value_counts()
+    assert widget.status.value.startswith(
+        f"building: {counts['building']}, road: {counts['road']}, field: {counts['field']}"
+    )
 
 
-def test_keywords_in_one_layer(s2_viewer, connected, ui):
+def test_keywords_in_one_layer(s2_viewer, connected, s2_rgb_files, ui):
+    from napari_sam3.gis import masks_to_labels
+    from napari_sam3.raster import read_raster
     from napari_sam3.widgets import MultiKeywordWidget
     from napari_sam3.widgets.multi import ONE_LAYER
 
     viewer = s2_viewer
     widget = _dock(viewer, MultiKeywordWidget(viewer))
+    widget.image.value = viewer.layers[f"{STACK} B04"]
     widget.keywords.value = "building, road"
     widget.output.value = ONE_LAYER
     widget.score_thr.value = 0.0
@@ -53,8 +61,15 @@ def test_keywords_in_one_layer(s2_viewer, connected, ui):
     assert len(viewer.layers) == before + 1
     layer = viewer.layers[-1]
     assert layer.name == "SAM3 building, road"
-    assert set(layer.features["keyword"]) <= {"building", "road"}
-    assert ui.label_ids(layer) <= set(layer.features["index"])
+    # The same objects as the library's call, both keywords' rows in one table, painted in order.
+    frame = connected.multi(
+        read_raster(s2_rgb_files), ["building", "road"], score_thr=0.0, max_det=10
+    )
+    assert set(frame["keyword"]) == {"building", "road"}
+    assert layer.features["keyword"].tolist() == frame["keyword"].tolist()
+    assert layer.features["index"].tolist() == list(range(1, len(frame) + 1))
+    np.testing.assert_allclose(layer.features["score"], frame["score"], rtol=1e-6)
+    np.testing.assert_array_equal(layer.data, masks_to_labels(frame, (768, 1536)))
 
 
 def test_library_errors_from_the_worker_are_notified(s2_viewer, connected, ui):
@@ -121,9 +136,10 @@ def test_concept_bank_encode_save_load_apply(s2_viewer, connected, s2_files, ui,
     )
     from napari_sam3.gis import masks_to_labels
 
+    assert len(expected) > 0, "score_thr=0 keeps the concept's candidates"
     np.testing.assert_array_equal(layer.data, masks_to_labels(expected, (384, 768)))
-    assert set(layer.features["prompt_kind"]) <= {"concept"}
-    assert set(layer.features["keyword"]) <= {"greenhouse"}
+    assert layer.features["prompt_kind"].tolist() == ["concept"] * len(expected)
+    assert layer.features["keyword"].tolist() == ["greenhouse"] * len(expected)
 
 
 def _prepared_single(client, layer):

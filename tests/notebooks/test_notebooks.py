@@ -12,7 +12,9 @@ plus:
 - `NAPARI_APPLICATION_IPY_INTERACTIVE=false`: without it, a kernel that creates a napari viewer
   hung intermittently (docs: field notes).
 
-The committed notebooks must carry no outputs.
+Each notebook has a Checks cell that asserts on what it produced (row counts with the random
+model's opened-up thresholds, columns, files that read back with their CRS) and prints
+"checks passed"; a run must reach it. The committed notebooks must carry no outputs.
 """
 
 from __future__ import annotations
@@ -98,6 +100,17 @@ def test_notebook_is_committed_clean(path: Path):
     )
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_asserts_on_its_outputs(path: Path):
+    """A run proves more than "no cell raised": a Checks cell asserts on what the notebook made."""
+    cells = _read(path).cells
+    checks = [
+        c for c in cells if c.cell_type == "code" and re.search(r"^\s*assert ", c.source, re.M)
+    ]
+    assert checks, f"{path.name}: end with a Checks cell that asserts on the notebook's outputs"
+    assert any(c.cell_type == "markdown" and "## Checks" in c.source for c in cells)
+
+
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 @pytest.mark.parametrize("path", _params())
 def test_notebook_runs(path: Path, notebook_models: Path, tmp_path: Path):
@@ -128,4 +141,9 @@ def test_notebook_runs(path: Path, notebook_models: Path, tmp_path: Path):
         for out in cell.get("outputs", [])
         if out.get("output_type") == "error"
     ]
-    assert not errors
+    assert not errors, f"see the executed copy {tmp_path / path.name}"
+    # The Checks cell ran to its end, and the files went to the temporary folder.
+    printed = "".join(out.get("text", "") for cell in nb.cells for out in cell.get("outputs", []))
+    assert "checks passed" in printed
+    if "_setup.output_dir(" in "".join(c.source for c in nb.cells):
+        assert any((tmp_path / "out" / path.stem).iterdir()), "nothing written to the out folder"

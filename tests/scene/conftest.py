@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 import warnings
 from pathlib import Path
 
@@ -47,7 +48,7 @@ class StubClient:
 
     image_size = 64
     model_id = "stub"
-    manifest = {"max_keywords": 4}
+    manifest = types.SimpleNamespace(max_keywords=4)
 
     def __init__(self, full_tile: bool = False) -> None:
         self.full_tile = full_tile

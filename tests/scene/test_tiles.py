@@ -87,3 +87,28 @@ def test_scene_mask_crop_window_and_dense_agree():
 def test_scene_mask_rejects_a_crop_outside_the_scene():
     with pytest.raises(ValueError, match="does not fit"):
         SceneMask.from_crop(np.ones((5, 5), bool), 8, 0, (10, 10))
+
+
+def test_cross_tile_dedup_leaves_pairs_of_one_tile_to_the_client():
+    """Nested detections of one tile were judged by the client already and both stay; the same
+    pair from two tiles, or with a seam-merged piece, loses the smaller; keywords never mix."""
+    from napari_sam3.scene.merge import Detection, dedup_across_tiles
+
+    shape = (40, 40)
+    outer = np.zeros(shape, bool)
+    outer[5:25, 5:25] = True
+    inner = np.zeros(shape, bool)
+    inner[8:15, 8:15] = True
+
+    def det(pixels, score, tile, merged=1, keyword="building"):
+        mask = SceneMask.from_crop(pixels, 0, 0, shape)
+        box = np.asarray(mask.bbox, np.float32)
+        return Detection(mask, box, score, keyword, "text", tile, cut=False, merged=merged)
+
+    def kept(dets):
+        return [(d.score, d.tile) for d in dedup_across_tiles(dets, 0.85)]
+
+    assert kept([det(outer, 0.9, 0), det(inner, 0.8, 0)]) == [(0.9, 0), (0.8, 0)]
+    assert kept([det(outer, 0.9, 0), det(inner, 0.8, 1)]) == [(0.9, 0)]
+    assert kept([det(outer, 0.9, 0, merged=2), det(inner, 0.8, 0)]) == [(0.9, 0)]
+    assert kept([det(outer, 0.9, 0), det(inner, 0.8, 1, keyword="road")]) == [(0.9, 0), (0.8, 1)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -33,8 +34,8 @@ def _images(seed: int, size: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (1, 3, size, size), dtype=np.uint8)
 
 
-def _segment_inputs(manifest: dict, seed: int = 0, boxes=()) -> dict:
-    s, k = int(manifest["image_size"]), int(manifest["exemplar_slots"])
+def _segment_inputs(manifest: contract.Manifest, seed: int = 0, boxes=()) -> dict:
+    s, k = manifest.image_size, manifest.exemplar_slots
     inputs = {
         contract.IMAGES: _images(seed, s),
         contract.TOKEN_IDS: tokenize("building"),
@@ -67,10 +68,10 @@ def test_production_configs_match_the_graphs(tiny_repository, tmp_path):
         assert [i.name for i in config.inputs] == [n for n, _, _ in inputs]
         assert [o.name for o in config.outputs] == [o.name for o in model.graph.output]
         for spec, (_, _, dims) in zip(config.inputs, inputs, strict=True):
-            assert list(spec.dims) == dims
+            assert list(spec.shape) == dims
         for spec, value in zip(config.outputs, model.graph.output, strict=True):
             onnx_dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
-            assert list(spec.dims) == onnx_dims
+            assert list(spec.shape) == onnx_dims
             assert spec.dtype == onnx.helper.tensor_dtype_to_np_dtype(
                 value.type.tensor_type.elem_type
             )
@@ -78,7 +79,7 @@ def test_production_configs_match_the_graphs(tiny_repository, tmp_path):
         config = configs[ensemble]
         assert config.is_ensemble
         manifest = contract.manifest_from_config(config)
-        assert manifest["model_id"] == contract.load_manifest(repo)["model_id"]
+        assert manifest.model_id == contract.load_manifest(repo).model_id
         for step in config.proto.ensemble_scheduling.step:
             step_config = configs[step.model_name]
             assert set(step.input_map) <= {i.name for i in step_config.inputs}
@@ -108,7 +109,7 @@ def test_segment_ensemble_equals_graphs_run_directly(triton_client, tiny_reposit
         heads[contract.PRED_BOXES],
         heads[contract.PRED_MASKS],
         heads[contract.PRESENCE_LOGIT],
-        int(manifest["image_size"]),
+        manifest.image_size,
         score_thr=0.0,
     )
     assert len(scores) > 0
@@ -164,7 +165,7 @@ def test_optional_inputs_omitted_take_the_defaults(triton_client, tiny_repositor
     )
     for name in contract.RESULT_OUTPUTS:
         assert omitted[name].tobytes() == explicit[name].tobytes()
-    assert len(lowered[contract.SCORES]) == int(manifest["num_queries"])
+    assert len(lowered[contract.SCORES]) == manifest.num_queries
     assert np.all(omitted[contract.SCORES] >= post.DEFAULT_SCORE_THR)
 
 
@@ -257,20 +258,44 @@ def test_unknown_server_fails_fast_with_advice():
         Sam3Client("no-port-here")
 
 
+def _live_processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process that is not a zombie (Linux /proc)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                state, ppid = f.read().rsplit(b")", 1)[1].split()[:2]
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if state != b"Z":
+            found[int(entry.name)] = (int(ppid), " ".join(a.decode(errors="replace") for a in args))
+    return found
+
+
+def _serving(repository) -> dict[int, tuple[int, str]]:
+    """The live processes whose command line names `repository` (server, stubs, sam3-serve)."""
+    return {pid: p for pid, p in _live_processes().items() if str(repository) in p[1]}
+
+
 def test_sam3_serve_command_starts_and_stops_cleanly(tiny_repository, tmp_path):
     from napari_sam3.serve import SHM_PREFIX, free_port
 
-    # A copy of its own, so that its stub processes are told apart from the session server's.
-    repository = shutil.copytree(tiny_repository, tmp_path / "served_by_sam3_serve")
+    # A copy of its own, so that its processes are told apart from the session server's.
+    repository = shutil.copytree(tiny_repository, tmp_path / "served_by_sam3_serve").resolve()
+    python_models = {p.parent.parent.name for p in repository.glob("*/1/model.py")}
+    assert python_models, "the tiny repository has Python-backend models (their stubs are checked)"
 
-    shm_before = {p for p in os.listdir("/dev/shm") if p.startswith(SHM_PREFIX)}
     grpc = free_port()
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "napari_sam3.serve",
-            str(tiny_repository),
+            str(repository),
             "--grpc-port",
             str(grpc),
             "--http-port",
@@ -281,24 +306,54 @@ def test_sam3_serve_command_starts_and_stops_cleanly(tiny_repository, tmp_path):
         text=True,
     )
     try:
-        line = process.stdout.readline()
-        assert "ready" in line and f":{grpc}" in line, line
+        lines = []
+        while not lines or not ("ready" in lines[-1] or lines[-1] == ""):
+            lines.append(process.stdout.readline())  # "" once it exited
+        assert f"ready on grpc 127.0.0.1:{grpc}" in lines[-1], "".join(lines)
+        # While it runs: the tritonserver that sam3-serve started on this repository, and one
+        # backend stub per Python model of it (so the checks after the stop can see leftovers).
+        running = _serving(repository)
+        servers = [
+            pid
+            for pid, (ppid, args) in running.items()
+            if ppid == process.pid and f"--model-repository={repository}" in args
+        ]
+        assert len(servers) == 1, running
+        (server,) = servers
+        stubs = [
+            args.split()
+            for pid, (ppid, args) in running.items()
+            if ppid == server and "triton_python_backend_stub" in args
+        ]
+        assert {args[1].split("/")[-3] for args in stubs} == python_models
+        # Each stub names its shared-memory region (other servers on the machine have theirs).
+        regions = {word for args in stubs for word in args if word.startswith(SHM_PREFIX)}
+        assert len(regions) == len(stubs)
+
         client = Sam3Client(f"127.0.0.1:{grpc}", connect_timeout=10)
         session = client.interactive(np.zeros((64, 64, 3), np.uint8))
         session.add_point((10, 10))
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
+        # sam3-serve returns only once its server has exited (its stubs follow in a moment).
+        server_alive = server in _live_processes()
+        assert not server_alive, f"tritonserver (pid {server}) outlived sam3-serve"
         with pytest.raises(ConnectionError, match="still running|unreachable|no ready"):
             client.segment(np.zeros((64, 64, 3), np.uint8), "building")
     finally:
         if process.poll() is None:
             process.kill()
-    time.sleep(0.5)
-    shm_after = {p for p in os.listdir("/dev/shm") if p.startswith(SHM_PREFIX)}
-    assert shm_after <= shm_before
-    stubs = subprocess.run(
-        ["pgrep", "-f", f"triton_python_backend_stub.*{repository.name}"],
-        capture_output=True,
-        text=True,
-    )
-    assert stubs.stdout.strip() == ""
+            process.wait(10)
+        # Stubs stopped last are reaped by init: a moment before calling them leftovers.
+        deadline = time.monotonic() + 5
+        while _serving(repository) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # A failed check above must not leave a server behind for the rest of the session.
+        leftovers = _serving(repository)
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert "sam3-serve: stopped" in process.stdout.read()
+    assert not leftovers, f"processes serving the repository outlived sam3-serve: {leftovers}"
+    left = sorted(r for r in regions if os.path.exists(f"/dev/shm/{r}"))
+    assert not left, f"shared-memory regions of the stopped server left in /dev/shm: {left}"

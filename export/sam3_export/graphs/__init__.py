@@ -77,15 +77,7 @@ def _image_size(io: contract.GraphIO) -> int:
 
 def sizes_of(build) -> contract.Sizes:
     """The contract sizes of a `model.Sam3Build`."""
-    d = build.dims
-    return contract.Sizes(
-        image_size=d.image_size,
-        d_model=d.d_model,
-        num_queries=d.num_queries,
-        text_tokens=d.text_tokens,
-        exemplar_slots=contract.EXEMPLAR_SLOTS,
-        patch_size=d.patch_size,
-    )
+    return build.dims.sizes
 
 
 def graph_export(name: str, module: torch.nn.Module, build) -> GraphExport:

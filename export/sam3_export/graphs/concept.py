@@ -152,7 +152,7 @@ class ConceptDecoder(torch.nn.Module):
 
 
 def graph_exports(build) -> list[GraphExport]:
-    s = build.dims.image_size
+    s = build.dims.sizes.image_size
     return [
         graph_export(contract.CONCEPT_ENCODER, ConceptEncoder(build.model, s), build),
         graph_export(contract.DECODER_CT, ConceptDecoder(build.model), build),

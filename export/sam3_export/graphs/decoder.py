@@ -49,5 +49,5 @@ class GroundingDecoder(torch.nn.Module):
 
 
 def graph_exports(build) -> list[GraphExport]:
-    module = GroundingDecoder(build.model, build.dims.image_size)
+    module = GroundingDecoder(build.model, build.dims.sizes.image_size)
     return [graph_export(contract.DECODER, module, build)]

@@ -2,9 +2,8 @@
 
 Inputs: the interactive neck's three levels (as the unified encoder writes them), then a prompt
 in fixed slots. Outputs: 3 candidate masks as low-res logits and their predicted IoU (the
-official `predict(multimask_output=True)`), plus the single-mask output
-(`multimask_output=False`, with the official fall-back to the best candidate when token 0 is
-unstable), which SAM recommends once a prompt has several points.
+official `predict(multimask_output=True)`). The single-mask output (`multimask_output=False`)
+is not exported: nothing reads it (the client shows the best of the three candidates).
 
 Prompt slots (coordinates in model-input pixels, 0..S, like every coordinate of the contract):
 
@@ -50,7 +49,7 @@ from torch import Tensor, nn
 
 from napari_sam3 import contract
 
-from ..pvs_model import tracker_of
+from ..pvs_model import sizes_of_tracker, tracker_of
 
 PVS_GRID_POINTS = contract.PVS_GRID_POINTS
 # Prompts per grid call. Measured at full size, one thread: 75 CPU-ms per prompt at batch 1 or
@@ -238,14 +237,13 @@ class PvsDecoder(nn.Module):
         has_box: Tensor,
         mask_input: Tensor,
         has_mask: Tensor,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor]:
         sparse, valid = self._sparse(point_coords, point_labels, box, has_box)
         dense = self._dense(mask_input, has_mask)
         masks, iou = self._decode(
             pvs_fpn_0, pvs_fpn_1, self._image_embed(pvs_fpn_2), sparse, valid, dense
         )
-        single_mask, single_iou = self.mask_decoder._dynamic_multimask_via_stability(masks, iou)
-        return masks[:, 1:], iou[:, 1:], single_mask, single_iou
+        return masks[:, 1:], iou[:, 1:]
 
     def _image_embed(self, pvs_fpn_2: Tensor) -> Tensor:
         # `Sam3Image.predict_inst` adds the "no memory" embedding to the lowest-res level.
@@ -274,16 +272,6 @@ class PvsGridDecoder(PvsDecoder):
 
 
 # -- shapes and export ---------------------------------------------------------------------------
-def _sizes(tracker) -> contract.Sizes:
-    # Only image_size and d_model shape the PVS graphs.
-    return contract.Sizes(
-        image_size=int(tracker.image_size),
-        d_model=int(tracker.hidden_dim),
-        num_queries=0,
-        patch_size=int(tracker.backbone_stride),
-    )
-
-
 def pvs_graph_io(
     name: str,
     model_or_parts: object,
@@ -291,7 +279,7 @@ def pvs_graph_io(
     grid_batch: int = PVS_GRID_BATCH,
 ) -> contract.GraphIO:
     """The contract's signature of one PVS graph for this model (the grid: 1 point slot)."""
-    sizes = _sizes(tracker_of(model_or_parts))
+    sizes = sizes_of_tracker(model_or_parts)
     return contract.pvs_graph_io(name, sizes, points=points, grid_batch=grid_batch)
 
 

@@ -34,13 +34,11 @@ class LocalEngine:
         self.threads = threads
         self._runners: dict[str, object] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     @property
     def address(self) -> str:
         return f"local:{self.repository}"
-
-    def model_names(self) -> list[str]:
-        return sorted(self.configs)
 
     def config(self, model_name: str) -> ModelConfig:
         try:
@@ -57,6 +55,10 @@ class LocalEngine:
         inputs: Mapping[str, np.ndarray],
         output_names: Sequence[str] | None = None,
     ) -> dict[str, np.ndarray]:
+        if self._closed:
+            raise RuntimeError(
+                f"the embedded engine over {self.repository} is closed; make a new Sam3Client"
+            )
         config = self.config(model_name)
         inputs = {name: np.asarray(value) for name, value in inputs.items()}
         self._check_inputs(config, inputs)
@@ -113,6 +115,12 @@ class LocalEngine:
                 names = ", ".join(s.model_name for s in pending)
                 raise ValueError(f"ensemble {config.name}: steps {names} lack their inputs")
         return tensors
+
+    def close(self) -> None:
+        """Release the ONNX Runtime sessions (and the models' caches); later calls fail."""
+        with self._lock:
+            self._closed = True
+            self._runners.clear()
 
     def _runner(self, config: ModelConfig):
         with self._lock:

@@ -1,50 +1,54 @@
-"""Triton `config.pbtxt` files, parsed with Triton's own protobuf schema."""
+"""Triton `config.pbtxt` files, parsed with Triton's own protobuf schema (without gRPC)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-import numpy as np
 from google.protobuf import text_format
 from google.protobuf.message import Message
-from tritonclient.grpc import model_config_pb2
 
-# Triton data types <-> numpy, for the types this project uses.
-TRITON_TO_NUMPY = {
-    "TYPE_BOOL": np.bool_,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_STRING": np.object_,
+from ..contract import TensorSpec
+
+# Triton data types -> numpy dtype names, for the types this project uses.
+TRITON_TO_DTYPE = {
+    "TYPE_BOOL": "bool",
+    "TYPE_UINT8": "uint8",
+    "TYPE_INT32": "int32",
+    "TYPE_INT64": "int64",
+    "TYPE_FP16": "float16",
+    "TYPE_FP32": "float32",
+    "TYPE_STRING": "object",
 }
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    dtype: np.dtype
-    dims: tuple[int, ...]
-    optional: bool = False
+def model_config_pb2() -> ModuleType:
+    """Triton's generated `model_config_pb2`, imported without `tritonclient.grpc`.
 
-    def describe(self) -> str:
-        dims = ",".join("?" if d < 0 else str(d) for d in self.dims)
-        return f"{self.name} {np.dtype(self.dtype).name}[{dims}]"
-
-    def check(self, value: np.ndarray) -> None:
-        """Raise ValueError, as Triton would, when `value` does not fit this input."""
-        if np.dtype(self.dtype) == np.object_:
-            ok_dtype = value.dtype == np.object_ or value.dtype.kind in "SU"
-        else:
-            ok_dtype = value.dtype == np.dtype(self.dtype)
-        if not ok_dtype:
-            raise ValueError(f"input {self.describe()} got dtype {value.dtype}")
-        if len(value.shape) != len(self.dims) or any(
-            d >= 0 and d != s for d, s in zip(self.dims, value.shape, strict=True)
-        ):
-            raise ValueError(f"input {self.describe()} got shape {list(value.shape)}")
+    Importing `tritonclient.grpc.model_config_pb2` runs `tritonclient/grpc/__init__.py`, which
+    imports grpc (21 `grpc.*` modules here, for an embedded user who never opens a channel); the
+    generated file itself needs only protobuf. So the file is loaded on its own; protobuf's
+    descriptor pool gives both imports the same message classes when gRPC is loaded later.
+    """
+    loaded = sys.modules.get("tritonclient.grpc.model_config_pb2")
+    if loaded is not None:
+        return loaded
+    name = "napari_sam3._triton_model_config_pb2"
+    if name not in sys.modules:
+        package = importlib.util.find_spec("tritonclient")
+        if package is None or not package.submodule_search_locations:
+            raise ImportError("tritonclient is not installed: pip install tritonclient[grpc]")
+        path = Path(package.submodule_search_locations[0]) / "grpc" / "model_config_pb2.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load Triton's model config schema from {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,11 @@ class ModelConfig:
         raise KeyError(name)
 
 
-def _specs(entries) -> tuple[TensorSpec, ...]:
+def _specs(entries, pb2: ModuleType) -> tuple[TensorSpec, ...]:
     return tuple(
         TensorSpec(
             e.name,
-            np.dtype(TRITON_TO_NUMPY[model_config_pb2.DataType.Name(e.data_type)]),
+            TRITON_TO_DTYPE[pb2.DataType.Name(e.data_type)],
             tuple(e.dims),
             bool(getattr(e, "optional", False)),
         )
@@ -81,13 +85,14 @@ def _specs(entries) -> tuple[TensorSpec, ...]:
 
 
 def parse_model_config(text: str) -> ModelConfig:
-    proto = text_format.Parse(text, model_config_pb2.ModelConfig())
+    pb2 = model_config_pb2()
+    proto = text_format.Parse(text, pb2.ModelConfig())
     return ModelConfig(
         name=proto.name,
         platform=proto.platform,
         backend=proto.backend,
-        inputs=_specs(proto.input),
-        outputs=_specs(proto.output),
+        inputs=_specs(proto.input, pb2),
+        outputs=_specs(proto.output, pb2),
         parameters={k: v.string_value for k, v in proto.parameters.items()},
         proto=proto,
     )
@@ -96,7 +101,12 @@ def parse_model_config(text: str) -> ModelConfig:
 def load_model_configs(repository: str | Path) -> dict[str, ModelConfig]:
     configs = {}
     for path in sorted(Path(repository).glob("*/config.pbtxt")):
-        config = parse_model_config(path.read_text())
+        try:
+            config = parse_model_config(path.read_text(encoding="utf-8"))
+        except (text_format.ParseError, KeyError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"{path} is not a Triton model config this engine reads: {exc}"
+            ) from None
         if config.name != path.parent.name:
             raise ValueError(f"{path}: model name {config.name!r} differs from its folder name")
         configs[config.name] = config

@@ -68,10 +68,15 @@ class TritonEngine:
         self._turn = itertools.cycle(range(len(self._clients)))
         self._lock = threading.Lock()
         self._configs: dict[str, ModelConfig] = {}
+        self._closed = False
         self.wait_until_ready(connect_timeout)
 
     def _next_client(self) -> grpcclient.InferenceServerClient:
         with self._lock:
+            if self._closed:
+                raise ConnectionError(
+                    f"the connection to Triton at {self.address} is closed; make a new Sam3Client"
+                )
             return self._clients[next(self._turn)]
 
     def wait_until_ready(self, timeout: float, models: Sequence[str] = ()) -> None:
@@ -109,10 +114,6 @@ class TritonEngine:
             proto = self._with_retries(fetch, model_name)
             self._configs[model_name] = parse_model_config(text_format.MessageToString(proto))
         return self._configs[model_name]
-
-    def model_names(self) -> list[str]:
-        index = self._with_retries(lambda c: c.get_model_repository_index(), "repository index")
-        return sorted(m.name for m in index.models)
 
     def infer(
         self,
@@ -166,5 +167,8 @@ class TritonEngine:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        """Close every gRPC channel; later calls raise ConnectionError."""
+        with self._lock:
+            self._closed = True
         for client in self._clients:
             client.close()

@@ -1,6 +1,8 @@
-"""Mask transport and post-processing: the condensed RLE codec and deduplication."""
+"""Masks: the condensed RLE codec, the one mask interface, painting and deduplication."""
 
 from napari_sam3.masks.dedup import box_nms, dedup_masks
+from napari_sam3.masks.paint import paint_labels, score_order
+from napari_sam3.masks.protocol import ArrayMask, LazyMask, Mask, as_mask, tight_crop
 from napari_sam3.masks.rle import (
     RleMask,
     RleMasks,
@@ -11,12 +13,19 @@ from napari_sam3.masks.rle import (
 )
 
 __all__ = [
+    "ArrayMask",
+    "LazyMask",
+    "Mask",
     "RleMask",
     "RleMasks",
+    "as_mask",
     "box_nms",
     "decode_mask",
     "decode_masks",
     "dedup_masks",
     "encode_mask",
     "encode_masks",
+    "paint_labels",
+    "score_order",
+    "tight_crop",
 ]

@@ -10,35 +10,48 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from napari_sam3 import validate
+from napari_sam3.masks.protocol import LazyMask, Mask
 from napari_sam3.masks.rle import RleMask, RleMasks
 
-__all__ = ["box_nms", "dedup_masks"]
+__all__ = ["box_nms", "box_pairs", "dedup_masks"]
 
 # Upper bound on the temporary per-chunk arrays (elements), to keep memory flat for large N.
 _CHUNK = 1 << 22
 # Masks resolved per vectorised step of the greedy pass.
 _BLOCK = 16
+# Above this many (kept, block) pairs a step asks a box index for the kept masks near the block.
+_DENSE_PAIRS = 1 << 14
 
 
 def dedup_masks(
-    masks: RleMasks | np.ndarray | Sequence[RleMask],
+    masks: RleMasks | np.ndarray | Sequence[Mask],
     scores: np.ndarray | Sequence[float],
     threshold: float = 0.85,
+    groups: np.ndarray | Sequence[int] | None = None,
+    exempt: np.ndarray | Sequence[int] | None = None,
 ) -> np.ndarray:
     """Greedy overlap-coefficient deduplication; returns kept indices, highest score first.
 
     Masks are visited by descending score (ties: lower index first). A mask is dropped when
     ``|A & B| / min(|A|, |B|) >= threshold`` for an already kept mask ``B``: this removes near
     duplicates and masks nested inside a kept mask (or containing one). Empty masks are always
-    dropped. ``masks`` may be :class:`RleMasks`, a bool ``[N, H, W]`` array or a sequence of
-    :class:`RleMask`. The result is exact (intersections counted from the runs).
+    dropped. ``masks`` may be :class:`RleMasks`, a bool ``[N, H, W]`` array or a sequence of any
+    :class:`~napari_sam3.masks.protocol.Mask` of one shape. The result is exact (intersections
+    counted from the runs); only masks whose bounding boxes overlap are compared.
+
+    ``groups`` (``[N]`` integers): a mask only suppresses masks of its own group (e.g. keyword).
+    ``exempt`` (``[N]`` integers): two masks with the same non-negative value are never compared
+    (e.g. masks of one tile, deduplicated together already).
     """
     batch = _as_batch(masks)
     n = len(batch)
     score = _check_scores(scores, n)
-    threshold = _check_threshold(threshold, "threshold", lower_inclusive=False)
+    threshold = validate.unit_interval("threshold", threshold, open_low=True)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    group = _check_labels(groups, n, "groups")
+    free = _check_labels(exempt, n, "exempt")
 
     areas = batch.areas
     overlap = _Overlap(batch, threshold)
@@ -47,23 +60,68 @@ def dedup_masks(
     # Greedy in score order, a block at a time: first the pairs (kept so far, block) in one
     # vectorised call, then the pairs among the block's survivors, resolved in order. Only
     # pairs whose higher-scoring mask may still be kept are measured, which matters when many
-    # masks overlap one another.
+    # masks overlap one another. Once many are kept (sparse scenes), the kept masks near the
+    # block come from a box index instead (8000 small masks of a 10980 px frame: 5.5 s -> 0.34 s).
+    tree = None
+    is_kept = np.zeros(n, dtype=bool)
     kept = np.zeros(0, dtype=np.int64)
-    for b in range(0, order.size, _BLOCK):
-        block = order[b : b + _BLOCK]
-        hit = overlap.suppressed(np.repeat(kept, block.size), np.tile(block, kept.size))
+    for start in range(0, order.size, _BLOCK):
+        block = order[start : start + _BLOCK]
+        if kept.size * block.size <= _DENSE_PAIRS:
+            other = np.repeat(kept, block.size)
+            owner = np.tile(np.arange(block.size), kept.size)
+        else:
+            tree = _box_tree(batch.bboxes) if tree is None else tree
+            owner, other = tree.query(tree.geometries[block], predicate="intersects")
+            near = is_kept[other]
+            owner, other = owner[near], other[near]
+        ok = _comparable(group, free, other, block[owner])
+        owner, other = owner[ok], other[ok]
+        hit = overlap.suppressed(other, block[owner])
         removed = np.zeros(block.size, dtype=bool)
-        removed[np.flatnonzero(hit) % block.size] = True
+        removed[owner[hit]] = True
         alive = np.flatnonzero(~removed)
         i, j = np.triu_indices(alive.size, k=1)
+        ok = _comparable(group, free, block[alive[i]], block[alive[j]])
+        i, j = i[ok], j[ok]
         hit = overlap.suppressed(block[alive[i]], block[alive[j]])
         within = np.zeros((block.size, block.size), dtype=bool)
         within[alive[i[hit]], alive[j[hit]]] = True
         for r in alive.tolist():
             if not removed[r]:
                 removed |= within[r]
+        is_kept[block[~removed]] = True
         kept = np.concatenate([kept, block[~removed]])
     return kept
+
+
+def _box_tree(boxes: np.ndarray):
+    import shapely
+
+    return shapely.STRtree(shapely.box(boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]))
+
+
+def box_pairs(boxes: np.ndarray, touching: bool) -> np.ndarray:
+    """``(k, 2)`` index pairs ``i < j`` of boxes (x1, y1, x2, y2, ends exclusive) that overlap;
+    ``touching`` also pairs boxes that only share an edge or a corner."""
+    import shapely
+
+    boxes = np.asarray(boxes)
+    if len(boxes) < 2:
+        return np.zeros((0, 2), dtype=np.int64)
+    geoms = shapely.box(boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3])
+    a, b = shapely.STRtree(geoms).query(geoms, predicate="intersects")
+    keep = a < b
+    a, b = a[keep], b[keep]
+    if not touching:
+        strict = (
+            (boxes[a, 0] < boxes[b, 2])
+            & (boxes[b, 0] < boxes[a, 2])
+            & (boxes[a, 1] < boxes[b, 3])
+            & (boxes[b, 1] < boxes[a, 3])
+        )
+        a, b = a[strict], b[strict]
+    return np.stack([a, b], axis=1).astype(np.int64)
 
 
 def box_nms(
@@ -86,7 +144,7 @@ def box_nms(
         raise ValueError("boxes must satisfy x2 >= x1 and y2 >= y1")
     n = b.shape[0]
     score = _check_scores(scores, n)
-    iou_threshold = _check_threshold(iou_threshold, "iou_threshold", lower_inclusive=True)
+    iou_threshold = validate.unit_interval("iou_threshold", iou_threshold)
 
     x1, y1, x2, y2 = b.T
     area = (x2 - x1) * (y2 - y1)
@@ -108,19 +166,42 @@ def box_nms(
 # ---------------------------------------------------------------------------------------------
 
 
-def _as_batch(masks: RleMasks | np.ndarray | Sequence[RleMask]) -> RleMasks:
+def _as_batch(masks: RleMasks | np.ndarray | Sequence[Mask]) -> RleMasks:
     if isinstance(masks, RleMasks):
         return masks
     if isinstance(masks, np.ndarray):
         return RleMasks.from_dense(masks)
-    if isinstance(masks, Sequence) and all(isinstance(m, RleMask) for m in masks):
+    if isinstance(masks, Sequence) and all(isinstance(m, RleMask | LazyMask) for m in masks):
         if len(masks) == 0:
             return RleMasks.stack([], shape=(0, 0))
-        return RleMasks.stack(masks)
+        return RleMasks.stack([m.to_rle() for m in masks])
     raise ValueError(
-        "masks must be RleMasks, a bool [N, H, W] array or a sequence of RleMask, "
-        f"got {type(masks).__name__}"
+        "masks must be RleMasks, a bool [N, H, W] array or a sequence of masks (RleMask, "
+        f"FrameMask, SceneMask, ...), got {type(masks).__name__}"
     )
+
+
+def _check_labels(
+    values: np.ndarray | Sequence[int] | None, n: int, name: str
+) -> np.ndarray | None:
+    if values is None:
+        return None
+    v = np.asarray(values)
+    if v.shape != (n,) or (n and not np.issubdtype(v.dtype, np.integer)):
+        raise ValueError(f"{name} must be {n} integers, got shape {v.shape}")
+    return v.astype(np.int64)
+
+
+def _comparable(
+    group: np.ndarray | None, free: np.ndarray | None, a: np.ndarray, b: np.ndarray
+) -> np.ndarray:
+    """Whether masks ``a`` may suppress masks ``b`` (same group, not exempt from each other)."""
+    ok = np.ones(a.size, dtype=bool)
+    if group is not None:
+        ok &= group[a] == group[b]
+    if free is not None:
+        ok &= (free[a] != free[b]) | (free[a] < 0)
+    return ok
 
 
 def _check_scores(scores: np.ndarray | Sequence[float], n: int) -> np.ndarray:
@@ -133,18 +214,6 @@ def _check_scores(scores: np.ndarray | Sequence[float], n: int) -> np.ndarray:
     if not np.all(np.isfinite(s)):
         raise ValueError("scores contain NaN or infinite values")
     return s
-
-
-def _check_threshold(value: float, name: str, lower_inclusive: bool) -> float:
-    try:
-        t = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    ok = (0.0 <= t <= 1.0) if lower_inclusive else (0.0 < t <= 1.0)
-    if not ok:
-        interval = "[0, 1]" if lower_inclusive else "(0, 1]"
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
-    return t
 
 
 def _could_reach(

@@ -111,6 +111,40 @@ class RleMask:
         mask = _check_dense(mask, ndim=2)
         return RleMasks.from_dense(mask[np.newaxis]).mask(0)
 
+    @classmethod
+    def from_crop(cls, pixels: np.ndarray, row: int, col: int, shape: tuple[int, int]) -> RleMask:
+        """The ``shape`` mask whose pixels in the window at (row, col) are ``pixels`` (bool 2-D),
+        encoded from the window alone (no dense ``shape`` array)."""
+        pixels = _check_dense(pixels, ndim=2)
+        h, w = (int(v) for v in shape)
+        ph, pw = pixels.shape
+        if row < 0 or col < 0 or row + ph > h or col + pw > w:
+            raise ValueError(
+                f"a crop of {ph}x{pw} at row {row}, column {col} does not fit a mask of {h}x{w}"
+            )
+        starts, ends = _band_intervals(pixels, int(row) * w + int(col), w)
+        return cls.from_intervals(starts, ends, (h, w))
+
+    @classmethod
+    def from_intervals(
+        cls, starts: np.ndarray, ends: np.ndarray, shape: tuple[int, int]
+    ) -> RleMask:
+        """A mask from sorted, disjoint foreground intervals ``[start, end)`` of row-major flat
+        pixel indices (adjacent intervals are joined)."""
+        h, w = (int(v) for v in shape)
+        s = np.asarray(starts, dtype=np.int64).reshape(-1)
+        e = np.asarray(ends, dtype=np.int64).reshape(-1)
+        if s.shape != e.shape or np.any(e <= s) or np.any(s[1:] < e[:-1]):
+            raise ValueError("intervals must be sorted, disjoint and non-empty")
+        if s.size and (s[0] < 0 or e[-1] > h * w):
+            raise ValueError(f"intervals reach outside a mask of {h}x{w} pixels")
+        if s.size:
+            join = e[:-1] == s[1:]
+            s, e = s[np.concatenate([[True], ~join])], e[np.concatenate([~join, [True]])]
+        runs, _ = _runs_from_intervals(s, e, 1, h * w)
+        runs.flags.writeable = False
+        return cls._view(runs, (h, w))
+
     @property
     def shape(self) -> tuple[int, int]:
         return self._shape
@@ -137,6 +171,34 @@ class RleMask:
         values = np.zeros(self._runs.size, dtype=bool)
         values[1::2] = True
         return np.repeat(values, self._runs).reshape(h, w)
+
+    def crop(self) -> tuple[int, int, np.ndarray]:
+        """``(first row, first column, bool pixels)`` of the bounding box; ``(0, 0, 0x0)`` if empty."""
+        x1, y1, x2, y2 = self.bbox
+        if x2 <= x1:
+            return 0, 0, np.zeros((0, 0), dtype=bool)
+        return y1, x1, self.window(y1, x1, y2, x2)
+
+    def window(self, r0: int, c0: int, r1: int, c1: int) -> np.ndarray:
+        """The mask's pixels in rows ``r0:r1`` and columns ``c0:c1`` (bool; zero outside the
+        mask), decoded from the runs that reach those rows only."""
+        h, w = self._shape
+        out = np.zeros((max(r1 - r0, 0), max(c1 - c0, 0)), dtype=bool)
+        top, bottom, left, right = max(r0, 0), min(r1, h), max(c0, 0), min(c1, w)
+        if top >= bottom or left >= right:
+            return out
+        ends = np.cumsum(self._runs)
+        lo, hi = top * w, bottom * w
+        a = int(np.searchsorted(ends, lo, side="right"))  # the run holding pixel lo
+        b = int(np.searchsorted(ends, hi, side="left")) + 1  # ... and pixel hi - 1
+        lengths = np.diff(np.minimum(ends[a:b], hi), prepend=lo)
+        values = (np.arange(a, b) & 1).astype(bool)  # runs alternate, background first
+        band = np.repeat(values, lengths).reshape(bottom - top, w)
+        out[top - r0 : bottom - r0, left - c0 : right - c0] = band[:, left:right]
+        return out
+
+    def to_rle(self) -> RleMask:
+        return self
 
     def to_bytes(self) -> bytes:
         """A payload holding this one mask (see :func:`decode_mask`)."""
@@ -326,29 +388,6 @@ class RleMasks:
         values = (self._local_run_index() & 1).astype(bool)
         return np.repeat(values, self._runs).reshape(len(self), h, w)
 
-    def to_labels(self, labels: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
-        """Paint the masks into one int32 ``[H, W]`` label image, later masks on top.
-
-        ``labels`` gives each mask's value (default ``1..N``); background stays 0.
-        """
-        n = len(self)
-        values = np.arange(1, n + 1, dtype=np.int64) if labels is None else np.asarray(labels)
-        if values.shape != (n,) or not np.issubdtype(values.dtype, np.integer):
-            raise ValueError(f"labels must be {n} integers, got shape {values.shape}")
-        info = np.iinfo(np.int32)
-        if values.size and (values.min() < info.min or values.max() > info.max):
-            raise ValueError("labels must fit in int32")
-        h, w = self._shape
-        out = np.zeros(h * w, dtype=np.int32)
-        index, starts, ends = self.intervals()
-        lengths = ends - starts
-        pixel = np.arange(lengths.sum(), dtype=np.int64) + np.repeat(
-            starts - (np.cumsum(lengths) - lengths), lengths
-        )
-        # Fancy assignment applies in order, so a later mask overwrites an earlier one.
-        out[pixel] = np.repeat(values[index], lengths)
-        return out.reshape(h, w)
-
     def to_bytes(self) -> bytes:
         """Re-encode this batch as a payload (no densification)."""
         return _pack(self._runs, self._counts, len(self), *self._shape)
@@ -404,26 +443,34 @@ def _intervals_from_dense(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for i in np.flatnonzero(busy_rows.any(axis=1)).tolist():
         ys = np.flatnonzero(busy_rows[i])
         y0, y1 = int(ys[0]), int(ys[-1]) + 1
-        band = masks[i, y0:y1]
-        xs = np.flatnonzero(band.any(axis=0))
-        x0, x1 = int(xs[0]), int(xs[-1]) + 1
-        # A zero column either side of each cropped row makes transitions alternate
-        # start, end, and keeps runs from leaking between rows.
-        padded = np.zeros((y1 - y0, x1 - x0 + 2), dtype=np.uint8)
-        padded[:, 1:-1] = band[:, x0:x1]
-        flat = padded.reshape(-1)
-        edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1
-        row, col = np.divmod(edges, x1 - x0 + 2)
-        pos = i * hw + (y0 + row) * w + (x0 - 1) + col
-        s, e = pos[0::2], pos[1::2]
-        if x1 - x0 == w:
-            # Full-width box: a run reaching the end of a row continues on the next row.
-            join = e[:-1] == s[1:]
-            s = s[np.concatenate([[True], ~join])]
-            e = e[np.concatenate([~join, [True]])]
+        s, e = _band_intervals(masks[i, y0:y1], i * hw + y0 * w, w)
         starts.append(s)
         ends.append(e)
     return np.concatenate(starts), np.concatenate(ends)
+
+
+def _band_intervals(band: np.ndarray, offset: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Foreground intervals of ``band`` (bool 2-D) placed at flat position ``offset`` of an axis
+    whose rows are ``w`` long; runs continuing onto the next row of that axis are joined."""
+    xs = np.flatnonzero(band.any(axis=0))
+    if xs.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    x0, x1 = int(xs[0]), int(xs[-1]) + 1
+    # A zero column either side of each cropped row makes transitions alternate
+    # start, end, and keeps runs from leaking between rows.
+    padded = np.zeros((band.shape[0], x1 - x0 + 2), dtype=np.uint8)
+    padded[:, 1:-1] = band[:, x0:x1]
+    flat = padded.reshape(-1)
+    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    row, col = np.divmod(edges, x1 - x0 + 2)
+    pos = offset + row * w + (x0 - 1) + col
+    s, e = pos[0::2], pos[1::2]
+    # A run reaching the end of a row continues on the next one (possible only at full width).
+    join = e[:-1] == s[1:]
+    if join.any():
+        s = s[np.concatenate([[True], ~join])]
+        e = e[np.concatenate([~join, [True]])]
+    return s, e
 
 
 def _runs_from_intervals(

@@ -53,10 +53,10 @@ def describe_client(client) -> str:
     if address.startswith("local:"):  # the embedded engine: the repository folder's name
         address = f"embedded ({Path(address[len('local:') :]).name})"
     text = (
-        f"{address} · SAM3 {manifest.get('size', '?')} · input {client.image_size} px · "
+        f"{address} · SAM3 {manifest.size} · input {client.image_size} px · "
         f"model {client.model_id[:12]}"
     )
-    if manifest.get("random_weights"):
+    if manifest.random_weights:
         text += " · RANDOM WEIGHTS: masks are meaningless"
     return text
 
@@ -68,12 +68,6 @@ def notify_error(what: str, error: BaseException) -> str:
     message = f"{what}: {error}" if str(error) else f"{what}: {type(error).__name__}"
     show_error(message)
     return message
-
-
-def notify_info(message: str) -> None:
-    from napari.utils.notifications import show_info
-
-    show_info(message)
 
 
 def reports_errors(what: str):

@@ -11,13 +11,13 @@ point drawn on a layer of any scale reaches the model in the image's pixels.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..bands import parse_bands, resolve_bands
 from ..napari_io import SAM3_KEY, crop_metadata
 
 FEATURE_COLUMNS = ["index", "score", "keyword", "prompt_kind"]
@@ -42,14 +42,6 @@ class ModelImage:
 # ----------------------------------------------------------------------------- images
 
 
-def parse_bands(text: str) -> list[int | str] | None:
-    """'B04, B03, B02' or '4 3 2' -> band keys (1-based indices or names); '' -> None."""
-    items = [t for t in re.split(r"[,\s;]+", text.strip()) if t]
-    if not items:
-        return None
-    return [int(t) if t.isdigit() else t for t in items]
-
-
 def stack_members(viewer, layer) -> list:
     """The band layers read from the same raster as `layer` (by band index), or [layer]."""
     record = _record(layer)
@@ -72,6 +64,30 @@ def image_shape(layer) -> tuple[int, int]:
     return shape[-2], shape[-1]
 
 
+def full_resolution(layer):
+    """An image layer's full-resolution array: its data, or level 0 of a multiscale layer."""
+    return layer.data[0] if getattr(layer, "multiscale", False) else layer.data
+
+
+def pixels(layer, window) -> np.ndarray:
+    """The full-resolution pixels of an image layer under `window` (row and column slices).
+
+    A multiscale layer made by the plugin's reader is read from its source file (a windowed read
+    that raises on a damaged block, where the display shows it as nodata); any other layer through
+    its (level-0) array. Nothing outside the window is computed.
+    """
+    record = _record(layer)
+    source = (getattr(layer, "metadata", None) or {}).get("source")
+    if getattr(layer, "multiscale", False) and source and record.get("kind") == "image":
+        from ..raster import read_raster
+
+        rgb = getattr(layer, "rgb", False)
+        bands = None if rgb else [int(record.get("band_index", 1))]
+        data = read_raster(source, bands=bands, window=window).data
+        return np.moveaxis(data, 0, -1) if rgb else data[0]
+    return np.asarray(full_resolution(layer)[window])
+
+
 def model_image(viewer, layer, bands: str = "", region=None) -> ModelImage:
     """The image (or the crop under `region`'s last shape) of `layer`, as the model takes it."""
     from ..raster import Raster
@@ -90,17 +106,17 @@ def model_image(viewer, layer, bands: str = "", region=None) -> ModelImage:
     if getattr(layer, "rgb", False):
         if keys:
             raise ValueError(f"{layer.name} is an RGB layer: leave 'bands' empty")
-        image = np.asarray(layer.data[window])[..., :3]
+        image = pixels(layer, window)[..., :3]
         chosen: list = ["R", "G", "B"]
     elif _record(layer).get("stack"):
         members = stack_members(viewer, layer)
         names = [str(_record(m).get("band", m.name)) for m in members]
         wanted = keys or list(_record(layer).get("rgb_bands") or names[:3])
-        picked = [members[_band_position(k, names, layer.name)] for k in wanted]
+        picked = [members[i] for i in resolve_bands(wanted, len(names), names, layer.name)]
         if len(picked) not in (1, 3):
             raise ValueError(f"choose 1 or 3 bands, got {len(picked)}: {wanted}")
         chosen = [str(_record(m).get("band", m.name)) for m in picked]
-        data = np.stack([np.asarray(m.data[window]) for m in picked])
+        data = np.stack([pixels(m, window) for m in picked])
         image = Raster(
             data=data,
             crs=None,
@@ -112,9 +128,12 @@ def model_image(viewer, layer, bands: str = "", region=None) -> ModelImage:
         stats = _stretch_stats(picked, chosen, StretchStats)
         description = f"{layer.name} ({', '.join(chosen)})"
     elif layer.data.ndim == 2:
-        if keys and keys not in ([1], [str(_record(layer).get("band"))]):
-            raise ValueError(f"{layer.name} has one band: leave 'bands' empty")
-        image = np.asarray(layer.data[window])
+        if keys:
+            if len(keys) != 1:
+                raise ValueError(f"{layer.name} has one band: leave 'bands' empty")
+            band = _record(layer).get("band")
+            resolve_bands(keys, 1, None if band is None else [str(band)], layer.name)
+        image = pixels(layer, window)
         chosen = [str(_record(layer).get("band", layer.name))]
         stats = _stretch_stats([layer], None, StretchStats)
     elif layer.data.ndim == 3:
@@ -124,12 +143,10 @@ def model_image(viewer, layer, bands: str = "", region=None) -> ModelImage:
                 f"{layer.name} has {count} bands along its first axis: "
                 "choose 3 (or 1) in 'bands', e.g. '4 3 2'"
             )
-        positions = list(range(count)) if keys is None else keys
-        for k in positions if keys else []:
-            if not isinstance(k, int) or not 1 <= k <= count:
-                raise ValueError(f"band {k!r} is not an index 1..{count} of {layer.name}")
-        index = [p if keys is None else p - 1 for p in positions]
-        image = np.stack([np.asarray(layer.data[i][window]) for i in index])
+        names = (layer.metadata or {}).get("band_names")
+        names = names if names is not None and len(names) == count else None
+        index = range(count) if keys is None else resolve_bands(keys, count, names, layer.name)
+        image = np.stack([np.asarray(full_resolution(layer)[i][window]) for i in index])
         chosen = [str(i + 1) for i in index]
     else:
         raise ValueError(f"{layer.name} has {layer.data.ndim} dimensions: choose a 2-D image")
@@ -166,17 +183,6 @@ def _stretch_stats(layers, names, stats_cls):
         percentiles=tuple(records[0].get("percentiles", (2.0, 98.0))),
         band_names=tuple(names) if names else None,
     )
-
-
-def _band_position(key, names: list[str], layer_name: str) -> int:
-    if isinstance(key, int):
-        if not 1 <= key <= len(names):
-            raise ValueError(f"band {key} is out of range 1..{len(names)} ({', '.join(names)})")
-        return key - 1
-    lower = [n.lower() for n in names]
-    if key.lower() not in lower:
-        raise ValueError(f"{layer_name}: no band {key!r}; the bands are {', '.join(names)}")
-    return lower.index(key.lower())
 
 
 def _affine(values):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 from magicgui.widgets import CheckBox, Label, LineEdit, PushButton, RadioButtons
@@ -11,6 +12,9 @@ from ._common import STATE, Sam3Widget, describe_client, reports_errors, row
 
 EMBEDDED = "Embedded (local model repository)"
 TRITON = "Triton server"
+# Clients this widget made: only these are closed on Disconnect (a client a notebook handed to
+# the widgets stays the notebook's).
+_MADE_HERE: weakref.WeakSet = weakref.WeakSet()
 
 
 def connect(settings: ConnectionSettings):
@@ -115,17 +119,29 @@ class ConnectionWidget(Sam3Widget):
         )
 
     def _connected(self, client, settings: ConnectionSettings) -> None:
+        previous = STATE.client
+        _MADE_HERE.add(client)
         STATE.set_client(client)
+        _close_if_made_here(previous, keep=client)
         save_connection(settings)
 
     def _disconnect(self, *_args) -> None:
+        client = STATE.client
         STATE.set_client(None)
+        _close_if_made_here(client)
         self.status.value = "Disconnected"
 
     def _client_changed(self, client) -> None:
         super()._client_changed(client)
         self.info.value = model_info(client)
         self.disconnect_button.enabled = client is not None
+
+
+def _close_if_made_here(client, keep=None) -> None:
+    """Close the gRPC channels (or the embedded sessions) of a client this widget made."""
+    if client is not None and client is not keep and client in _MADE_HERE:
+        _MADE_HERE.discard(client)
+        client.close()
 
 
 def model_info(client) -> str:
@@ -136,7 +152,7 @@ def model_info(client) -> str:
     lines = [
         describe_client(client),
         f"engine: {type(client.engine).__name__}",
-        f"exemplar slots: {m.get('exemplar_slots', '?')} · keywords per call: "
-        f"{m.get('max_keywords', '?')} · queries: {m.get('num_queries', '?')}",
+        f"exemplar slots: {m.exemplar_slots} · keywords per call: {m.max_keywords} · "
+        f"queries: {m.num_queries}",
     ]
     return "\n".join(lines)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 from magicgui.widgets import PushButton, RadioButtons, TextEdit
 
+from ..prompts import parse_keywords
 from . import _layers
 from ._common import Sam3Widget, reports_errors
 from .segment import add_image_fields, add_threshold_fields, thresholds
@@ -15,18 +14,14 @@ PER_KEYWORD = "One labels layer per keyword"
 ONE_LAYER = "One labels layer, keyword in its features"
 
 
-def parse_keywords(text: str) -> list[str]:
-    """One keyword per line or comma-separated; blanks and repeats dropped, order kept."""
-    words = [w.strip() for w in re.split(r"[,\n;]+", text)]
-    return list(dict.fromkeys(w for w in words if w))
-
-
 class MultiKeywordWidget(Sam3Widget):
     def __init__(self, napari_viewer) -> None:
         super().__init__(napari_viewer)
         image_fields = add_image_fields(self, napari_viewer)
         self.keywords = TextEdit(
-            value="", label="Keywords", tooltip="One per line or comma-separated"
+            value="",
+            label="Keywords",
+            tooltip="One per line, or separated by commas or semicolons; repeats are dropped",
         )
         self.output = RadioButtons(
             choices=[PER_KEYWORD, ONE_LAYER], value=PER_KEYWORD, label="Output"

@@ -16,11 +16,12 @@ import numpy as np
 from magicgui.widgets import FileEdit, LineEdit, PushButton, SpinBox
 from napari.layers import Image
 
+from ..bands import parse_bands
 from ..napari_io import SAM3_KEY, affine_list, crop_metadata, transform_kwargs
+from ..prompts import parse_keywords
 from . import _layers
 from ._common import Sam3Widget, layer_combo, reports_errors
-from .multi import parse_keywords
-from .segment import add_threshold_fields, thresholds
+from .segment import add_threshold_fields, bands_field, thresholds
 
 SUFFIXES = ".tif .tiff .jp2 .j2k"
 
@@ -42,7 +43,7 @@ def layer_source(layer) -> str | list[str]:
 
 def default_bands(layer, text: str) -> list | None:
     """The bands typed in the widget; else, for a raster of more than 3 bands, the layer's RGB."""
-    keys = _layers.parse_bands(text)
+    keys = parse_bands(text)
     if keys or layer is None:
         return keys
     metadata = layer.metadata or {}
@@ -99,16 +100,12 @@ class SceneWidget(Sam3Widget):
             label="Scene file",
             tooltip="Optional: a raster file to segment instead of the image layer's own",
         )
-        self.bands = LineEdit(
-            value="",
-            label="Bands",
-            tooltip="1 or 3 bands, names or 1-based indices, e.g. B04 B03 B02; empty: the "
-            "layer's true colour",
-        )
+        self.bands = bands_field()
         self.prompt = LineEdit(
             value="",
             label="Prompt",
-            tooltip="A text prompt, or comma-separated keywords (one vision pass per tile)",
+            tooltip="A text prompt, or keywords separated by commas or semicolons (one vision "
+            "pass per tile)",
         )
         self.tile_size = SpinBox(
             value=0,

@@ -32,20 +32,29 @@ def add_threshold_fields(widget) -> list:
         min=0.0,
         max=1.0,
         step=0.05,
-        label="Dedup IoU",
-        tooltip="Drop a mask overlapping a better one by more than this IoU (0 = keep all)",
+        label="Dedup overlap",
+        tooltip=(
+            "Drop a mask whose overlap coefficient with a better-scored mask (intersection / "
+            "the smaller mask's area) is at least this, so a mask nested in a kept one goes too "
+            "(0 = keep all)"
+        ),
     )
     return [widget.score_thr, widget.mask_thr, widget.max_det, widget.dedup]
 
 
-def add_image_fields(widget, viewer) -> list:
-    widget.image = layer_combo(viewer, Image, "Image")
-    widget.bands = LineEdit(
+def bands_field() -> LineEdit:
+    """The 'Bands' text field (parsed by napari_sam3.bands.parse_bands)."""
+    return LineEdit(
         value="",
         label="Bands",
-        tooltip="1 or 3 bands for the model, names or 1-based indices, e.g. B08 B04 B03; "
-        "empty: the layer's true colour",
+        tooltip="1 or 3 bands for the model, names (any case) or 1-based indices, e.g. "
+        "B08 B04 B03 or 8 4 3; empty: the layer's true colour",
     )
+
+
+def add_image_fields(widget, viewer) -> list:
+    widget.image = layer_combo(viewer, Image, "Image")
+    widget.bands = bands_field()
     widget.region = layer_combo(
         viewer,
         Shapes,

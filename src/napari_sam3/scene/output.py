@@ -1,0 +1,167 @@
+"""A scene's detections -> the GIS outputs: polygons on small windows, a label raster, files."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import rasterio
+from rasterio.transform import Affine
+
+from ..masks.paint import paint_frame
+from ..raster import RasterInfo, raster_info
+from .masks import SceneMask
+from .tiles import GDAL_CACHE_BYTES
+
+if TYPE_CHECKING:
+    import geopandas as gpd
+
+__all__ = ["scene_geodataframe", "scene_labels", "write_scene"]
+
+PathLike = str | os.PathLike
+# scene_geodataframe polygonizes up to _GROUP detections per to_geodataframe call, on a window of
+# at most 2 x 2 cells: at most 32 MiB of temporary dense masks.
+_GROUP = 32
+_CELL = 512
+
+
+def _scene_info(
+    df: pd.DataFrame, raster: PathLike | Sequence[PathLike] | RasterInfo | None
+) -> RasterInfo:
+    if raster is None:
+        scene = df.attrs.get("scene")
+        if not scene:
+            raise ValueError(
+                "the DataFrame does not say which raster it came from; pass raster= (the scene's "
+                "path or RasterInfo)"
+            )
+        raster = scene["path"]
+    info = raster if isinstance(raster, RasterInfo) else raster_info(raster)
+    if len(df):
+        shape = df["mask"].iloc[0].shape
+        if tuple(shape) != (info.rows, info.cols):
+            raise ValueError(
+                f"the masks are {shape[0]}x{shape[1]} pixels but the raster is "
+                f"{info.rows}x{info.cols}; pass the raster the scene was segmented from"
+            )
+    return info
+
+
+def _check_scene_masks(df: pd.DataFrame) -> None:
+    bad = [i for i, m in enumerate(df["mask"]) if not isinstance(m, SceneMask)]
+    if bad:
+        raise TypeError(
+            f"rows {bad[:5]} do not hold SceneMask masks; scene_geodataframe takes the result of "
+            "segment_scene (for client results use gis.to_geodataframe)"
+        )
+
+
+def _groups(boxes: np.ndarray) -> Iterable[np.ndarray]:
+    """Row indices in groups polygonized together: small detections near one another, at most
+    _GROUP a time within a window of 2 x 2 cells; a larger detection alone, on its own crop."""
+    keys: dict[tuple[int, int] | int, list[int]] = {}
+    for i, (x1, y1, x2, y2) in enumerate(boxes.tolist()):
+        gy, gx = y1 // _CELL, x1 // _CELL
+        fits = y2 <= (gy + 2) * _CELL and x2 <= (gx + 2) * _CELL
+        keys.setdefault((gy, gx) if fits else -1 - i, []).append(i)
+    for members in keys.values():
+        for k in range(0, len(members), _GROUP):
+            yield np.array(members[k : k + _GROUP])
+
+
+def scene_geodataframe(
+    df: pd.DataFrame,
+    raster: PathLike | Sequence[PathLike] | RasterInfo | None = None,
+    simplify: float = 0.0,
+) -> gpd.GeoDataFrame:
+    """:func:`~napari_sam3.gis.to_geodataframe` for :func:`segment_scene` results.
+
+    Polygons in the raster's CRS (pixel coordinates, with a UserWarning, when it has none), with
+    ``label_id`` (the id in :func:`scene_labels`), ``score``, ``keyword``, ``prompt_kind``,
+    ``source``, ``area_px``, ``tile``, ``merged``. ``raster`` defaults to the scene the
+    DataFrame came from. No mask is made scene-sized: nearby detections are polygonized together
+    on a small window of the scene.
+    """
+    import geopandas as gpd
+
+    from ..gis import to_geodataframe
+
+    if "mask" not in df.columns:
+        raise ValueError(f"scene_geodataframe needs a 'mask' column; got {list(df.columns)}")
+    _check_scene_masks(df)
+    info = _scene_info(df, raster)
+    table = df.reset_index(drop=True)
+    if not len(table):
+        return to_geodataframe(table, info)
+    boxes = np.array([m.bbox for m in table["mask"]], dtype=np.int64)
+    parts, order = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in _groups(boxes):
+            x1, y1 = boxes[rows, :2].min(axis=0)
+            x2, y2 = boxes[rows, 2:].max(axis=0)
+            sub = table.iloc[rows].copy()
+            sub["mask"] = [m.window(y1, x1, y2, x2) for m in sub["mask"]]
+            window = dataclasses.replace(
+                info,
+                shape=(info.count, int(y2 - y1), int(x2 - x1)),
+                transform=info.transform @ Affine.translation(int(x1), int(y1)),
+            )
+            parts.append(to_geodataframe(sub, window, simplify=simplify))
+            order.append(rows)
+    for message in {str(w.message): w for w in caught}.values():
+        warnings.warn(message.message, message.category, stacklevel=2)
+    gdf = pd.concat(parts, ignore_index=True)
+    gdf.index = np.concatenate(order)
+    gdf = gdf.sort_index().reset_index(drop=True)
+    gdf["label_id"] = np.arange(1, len(gdf) + 1, dtype=np.int32)
+    return gpd.GeoDataFrame(gdf, geometry="geometry", crs=parts[0].crs)
+
+
+def scene_labels(df: pd.DataFrame, shape: tuple[int, int] | None = None) -> np.ndarray:
+    """int32 label image of the scene: row ``i`` gets id ``i + 1`` (as ``label_id``), 0 is none.
+
+    Where masks overlap the higher score wins; among equal scores the earlier row (as
+    :func:`~napari_sam3.gis.masks_to_labels`).
+    """
+    _check_scene_masks(df)
+    if shape is None and not len(df):
+        raise ValueError("the DataFrame is empty, so the scene's shape is unknown; pass shape=")
+    return paint_frame(df, shape, "scene_labels")[0]
+
+
+def write_scene(
+    df: pd.DataFrame,
+    path: PathLike,
+    raster: PathLike | Sequence[PathLike] | RasterInfo | None = None,
+    overwrite: bool = False,
+    simplify: float = 0.0,
+) -> Path:
+    """Write a :func:`segment_scene` result, atomically, by the file's extension.
+
+    ``.gpkg`` / ``.geojson``: polygons (:func:`scene_geodataframe`, then
+    :func:`~napari_sam3.gis.write_vector`). ``.tif`` / ``.tiff``: an int32 label GeoTIFF on the
+    source's grid (:func:`scene_labels`, then :func:`~napari_sam3.gis.write_labels_geotiff`;
+    the label image takes rows x cols x 4 bytes). An existing file is refused unless
+    ``overwrite``.
+    """
+    from ..gis import VECTOR_FORMATS, write_labels_geotiff, write_vector
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in VECTOR_FORMATS:
+        return write_vector(scene_geodataframe(df, raster, simplify), path, overwrite=overwrite)
+    if suffix in (".tif", ".tiff"):
+        info = _scene_info(df, raster)
+        labels = scene_labels(df, (info.rows, info.cols))
+        with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
+            return write_labels_geotiff(labels, path, info, overwrite=overwrite)
+    raise ValueError(
+        f"cannot write {path.name!r}: use .gpkg or .geojson (polygons) or .tif (label raster)"
+    )

@@ -1,0 +1,347 @@
+"""Running a scene's tiles through the client: read ahead, stretch once, one vision pass a tile."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import rasterio
+
+from .. import validate
+from ..concept import Concept
+from ..masks.protocol import frame_masks, tight_crop
+from ..raster import BandKey, RasterInfo, raster_info, read_raster
+from ..results import empty_result
+from ..stretch import StretchStats, scene_stretch, to_model_rgb
+from .masks import SceneMask
+from .merge import Detection, dedup_across_tiles, merge_seams
+from .tiles import GDAL_CACHE_BYTES, Tile, nodata_pixels, tile_grid
+
+__all__ = ["PHASES", "SCENE_COLUMNS", "segment_scene"]
+
+PathLike = str | os.PathLike
+Source = PathLike | Sequence[PathLike]
+ConceptLike = Concept | PathLike
+Progress = bool | Callable[[int, int], Any] | None
+
+SCENE_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind", "tile", "merged", "source"]
+PHASES = ("read", "stretch", "model", "merge")
+
+
+@dataclass
+class _Query:
+    """What to ask of every tile: the texts (one vision pass) and the concepts."""
+
+    texts: list[str]
+    concepts: list[tuple[str, Concept]]
+    options: dict[str, Any]
+
+    def run(self, client: Any, prepared: Any) -> list[pd.DataFrame]:
+        """One vision pass per tile for every keyword and concept (chunks of `max_keywords`)."""
+        if len(self.texts) == 1 and not self.concepts:
+            return [client.segment(prepared, self.texts[0], **self.options)]
+        queries = [("text", t) for t in self.texts] + [("concept", c) for c in self.concepts]
+        limit = client.manifest.max_keywords
+        frames = []
+        for i in range(0, len(queries), limit):
+            chunk = queries[i : i + limit]
+            texts = [q for kind, q in chunk if kind == "text"]
+            concepts = [q for kind, q in chunk if kind == "concept"]
+            frames.append(client.multi(prepared, texts, concepts=concepts, **self.options))
+        return frames
+
+
+def segment_scene(
+    client: Any,
+    source: Source,
+    prompt: str | None = None,
+    keywords: Sequence[str] | None = None,
+    concept: ConceptLike | Sequence[ConceptLike] | None = None,
+    *,
+    tile_size: int | None = None,
+    overlap: int | None = None,
+    bands: Sequence[BandKey] | None = None,
+    stats: StretchStats | None = None,
+    nodata: float | None = None,
+    score_thr: float | None = None,
+    mask_thr: float | None = None,
+    max_det: int | None = None,
+    dedup: float | None = 0.85,
+    seam_iou: float = 0.5,
+    progress: Progress = True,
+) -> pd.DataFrame:
+    """Segment a whole raster tile by tile; one row per object, in scene pixels.
+
+    Args:
+        client: a :class:`~napari_sam3.client.Sam3Client` (local or Triton).
+        source: a raster file, or a list of single-band files to stack (as ``read_raster``).
+        prompt, keywords: text to look for; all of them share one vision pass per tile.
+        concept: a :class:`~napari_sam3.concept.Concept`, a concept ``.npz`` file, or a list of
+            them (each runs on every tile; its ``keyword`` is the concept's name or file stem).
+        tile_size: tile side in scene pixels; default the model's input size ``client.image_size``
+            (no resampling). Larger tiles are downsampled by the client's letterbox.
+        overlap: pixels shared by neighbouring tiles (0 .. tile_size // 2); default tile_size // 8.
+        bands: the 1 or 3 bands to use (1-based or names), needed for more than 3 bands.
+        stats: stretch limits; default one :func:`~napari_sam3.stretch.scene_stretch` of the
+            whole scene (uint8 scenes are used as they are).
+        nodata: nodata value; default the raster's own.
+        score_thr, mask_thr, max_det, dedup: as for ``client.segment``, per tile; ``dedup`` also
+            removes duplicates across tiles (None keeps them all).
+        seam_iou: how well two pieces must agree where their tiles overlap to be joined.
+        progress: True for a tqdm bar, False/None for none, or ``callable(done, total)`` called
+            after every tile (e.g. to drive napari's progress, or to cancel by raising).
+
+    Returns:
+        Columns ``box`` (float32 x1, y1, x2, y2 in scene pixels), ``score``, ``mask``
+        (:class:`SceneMask`), ``keyword``, ``prompt_kind``, ``tile`` (index into
+        ``df.attrs["tiles"]``), ``merged`` (pieces joined across seams), ``source`` (file name);
+        best score first. ``df.attrs`` holds ``scene`` (shape, CRS, transform), ``tiles``,
+        ``skipped_tiles`` (all nodata) and ``timings`` (seconds per phase: read, stretch
+        (the scene's statistics, ``scene_stats``, and every tile's stretch and letterbox),
+        model, merge; and wall).
+    """
+    wall0 = time.perf_counter()
+    query = _query(client, prompt, keywords, concept, score_thr, mask_thr, max_det, dedup)
+    validate.unit_interval("seam_iou", seam_iou, open_low=True)
+    info = raster_info(source)
+    size = int(client.image_size) if tile_size is None else tile_size
+    size = validate.integer("tile_size (pixels)", size, 8)
+    overlap = size // 8 if overlap is None else overlap
+    tiles = tile_grid(info.rows, info.cols, int(size), overlap)
+    timings = dict.fromkeys(PHASES, 0.0)
+
+    with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
+        detections, skipped = _run_tiles(
+            client, source, info, tiles, query, bands, stats, nodata, progress, timings
+        )
+
+    t0 = time.perf_counter()
+    detections = merge_seams(detections, tiles, seam_iou)
+    if dedup is not None:
+        detections = dedup_across_tiles(detections, dedup)
+    frame = _frame(detections, _source_name(info.path))
+    timings["merge"] += time.perf_counter() - t0
+    timings["wall"] = time.perf_counter() - wall0
+    frame.attrs.update(
+        scene={
+            "path": info.path,
+            "shape": (info.rows, info.cols),
+            "crs": None if info.crs is None else info.crs.to_string(),
+            "transform": tuple(info.transform)[:6],
+        },
+        tiles=tiles,
+        skipped_tiles=skipped,
+        timings=timings,
+    )
+    return frame
+
+
+def _run_tiles(
+    client: Any,
+    source: Source,
+    info: RasterInfo,
+    tiles: list[Tile],
+    query: _Query,
+    bands: Sequence[BandKey] | None,
+    stats: StretchStats | None,
+    nodata: float | None,
+    progress: Progress,
+    timings: dict[str, float],
+) -> tuple[list[Detection], int]:
+    """Every tile through the model, one read ahead: (detections in scene pixels, tiles skipped)."""
+    t0 = time.perf_counter()
+    if stats is None and info.dtype != np.uint8:
+        stats = scene_stretch(source, bands=bands, nodata=nodata)
+    timings["scene_stats"] = time.perf_counter() - t0
+    timings["stretch"] += timings["scene_stats"]
+
+    def load(tile: Tile) -> tuple[Any, np.ndarray | None, float, float]:
+        t0 = time.perf_counter()
+        raster = read_raster(source, bands=bands, window=tile.slices)
+        t1 = time.perf_counter()
+        invalid = nodata_pixels(raster.data, raster.nodata if nodata is None else nodata)
+        if invalid is not None and invalid.all():
+            return None, invalid, t1 - t0, time.perf_counter() - t1
+        rgb = to_model_rgb(raster, stats=stats, nodata=nodata)
+        if invalid is not None:
+            rgb[invalid] = 0
+        prepared = client.prepare(rgb)
+        return prepared, invalid, t1 - t0, time.perf_counter() - t1
+
+    report = _progress(progress, len(tiles), _source_name(info.path))
+    detections: list[Detection] = []
+    skipped = 0
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(load, tiles[0])
+            for k, tile in enumerate(tiles):
+                prepared, invalid, t_read, t_stretch = pending.result()
+                if k + 1 < len(tiles):
+                    pending = pool.submit(load, tiles[k + 1])
+                timings["read"] += t_read
+                timings["stretch"] += t_stretch
+                if prepared is None:
+                    skipped += 1
+                else:
+                    t0 = time.perf_counter()
+                    frames = query.run(client, prepared)
+                    t1 = time.perf_counter()
+                    for frame in frames:
+                        detections += _tile_detections(frame, tile, invalid, info)
+                    timings["model"] += t1 - t0
+                    timings["merge"] += time.perf_counter() - t1
+                report(k + 1)
+    finally:
+        report(None)
+
+    return detections, skipped
+
+
+def _query(
+    client: Any,
+    prompt: str | None,
+    keywords: Sequence[str] | None,
+    concept: ConceptLike | Sequence[ConceptLike] | None,
+    score_thr: float | None,
+    mask_thr: float | None,
+    max_det: int | None,
+    dedup: float | None,
+) -> _Query:
+    texts: list[str] = []
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(
+                f"prompt must be a non-empty string such as 'building', got {prompt!r}"
+            )
+        texts.append(prompt.strip())
+    if keywords is not None:
+        if isinstance(keywords, str):
+            raise TypeError("keywords must be a list of strings, e.g. ['building', 'road']")
+        for word in keywords:
+            if not isinstance(word, str) or not word.strip():
+                raise ValueError(f"every keyword must be a non-empty string, got {word!r}")
+            if word.strip() not in texts:
+                texts.append(word.strip())
+    concepts = [_load_concept(c, client) for c in _as_list(concept)]
+    if not texts and not concepts:
+        raise ValueError(
+            "nothing to look for: give a prompt (e.g. 'building'), keywords or a concept"
+        )
+    options = {"score_thr": score_thr, "mask_thr": mask_thr, "max_det": max_det, "dedup": dedup}
+    return _Query(texts, concepts, options)
+
+
+def _as_list(concept: ConceptLike | Sequence[ConceptLike] | None) -> list[ConceptLike]:
+    if concept is None:
+        return []
+    if isinstance(concept, Concept | str | os.PathLike):
+        return [concept]
+    return list(concept)
+
+
+def _load_concept(item: ConceptLike, client: Any) -> tuple[str, Concept]:
+    if isinstance(item, str | os.PathLike):
+        concept = Concept.load(item)
+        name = concept.name or Path(item).stem
+    elif isinstance(item, Concept):
+        concept, name = item, item.name or "concept"
+    else:
+        raise TypeError(f"a concept is a Concept or a .npz file, got {type(item).__name__}")
+    concept.check_model(client.model_id)
+    return name, concept
+
+
+def _tile_detections(
+    frame: pd.DataFrame, tile: Tile, invalid: np.ndarray | None, info: RasterInfo
+) -> list[Detection]:
+    """A tile's result rows -> detections in scene pixels (nodata pixels removed)."""
+    if not len(frame):
+        return []
+    out = []
+    r0, c0, r1, c1 = tile.bounds
+    edges = (r0 > 0, c0 > 0, r1 < info.rows, c1 < info.cols)  # top, left, bottom, right
+    shift = np.array([c0, r0, c0, r0], dtype=np.float32)
+    masks, _ = frame_masks(frame["mask"], (tile.height, tile.width), "segment_scene")
+    for mask, row in zip(masks, frame.itertuples(index=False), strict=True):
+        cr, cc, pixels = mask.crop()
+        area = int(np.count_nonzero(pixels))
+        if area == 0:
+            continue
+        if invalid is not None:
+            bad = invalid[cr : cr + pixels.shape[0], cc : cc + pixels.shape[1]]
+            lost = int(np.count_nonzero(pixels & bad))
+            if 2 * lost > area:
+                continue
+            if lost:
+                cr, cc, pixels = tight_crop(cr, cc, pixels & ~bad)
+        scene_mask = SceneMask.from_crop(pixels, r0 + cr, c0 + cc, (info.rows, info.cols))
+        x1, y1, x2, y2 = scene_mask.bbox
+        touches = (y1 == r0, x1 == c0, y2 == r1, x2 == c1)
+        out.append(
+            Detection(
+                mask=scene_mask,
+                box=np.asarray(row.box, dtype=np.float32) + shift,
+                score=float(row.score),
+                keyword=str(row.keyword),
+                prompt_kind=str(row.prompt_kind),
+                tile=tile.index,
+                cut=any(e and t for e, t in zip(edges, touches, strict=True)),
+            )
+        )
+    return out
+
+
+def _frame(dets: list[Detection], source: str) -> pd.DataFrame:
+    if not dets:
+        frame = empty_result({"tile": np.int64, "merged": np.int64, "source": object})
+        return frame[SCENE_COLUMNS]
+    dets = sorted(dets, key=lambda d: -d.score)
+    return pd.DataFrame(
+        {
+            "box": [d.box.astype(np.float32) for d in dets],
+            "score": np.array([d.score for d in dets], dtype=np.float32),
+            "mask": [d.mask for d in dets],
+            "keyword": [d.keyword for d in dets],
+            "prompt_kind": [d.prompt_kind for d in dets],
+            "tile": np.array([d.tile for d in dets], dtype=np.int64),
+            "merged": np.array([d.merged for d in dets], dtype=np.int64),
+            "source": source,
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def _progress(progress: Progress, total: int, name: str) -> Callable[[int | None], None]:
+    """A function called with the tiles done so far, and None at the end."""
+    if progress is None or progress is False:
+        return lambda done: None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc=name, unit="tile")
+
+        def update(done: int | None) -> None:
+            if done is None:
+                bar.close()
+            else:
+                bar.update(done - bar.n)
+
+        return update
+    if callable(progress):
+        return lambda done: None if done is None else progress(done, total)
+    raise TypeError(f"progress must be True, False or a callable(done, total), got {progress!r}")
+
+
+def _source_name(path: Path | tuple[Path, ...]) -> str:
+    if isinstance(path, tuple):
+        return "+".join(p.name for p in path)
+    return Path(path).name
