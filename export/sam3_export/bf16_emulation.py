@@ -70,7 +70,9 @@ def emulate_bf16(model: onnx.ModelProto, scope: str = "gemm") -> onnx.ModelProto
                 renamed.append(name)
         nodes.append(node)
         for name in renamed:
-            nodes.append(helper.make_node("Cast", [f"{name}__f32"], [f"{name}__b"], to=TensorProto.BFLOAT16))
+            nodes.append(
+                helper.make_node("Cast", [f"{name}__f32"], [f"{name}__b"], to=TensorProto.BFLOAT16)
+            )
             nodes.append(helper.make_node("Cast", [f"{name}__b"], [name], to=TensorProto.FLOAT))
     del graph.node[:]
     graph.node.extend(nodes)

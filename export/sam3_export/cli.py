@@ -17,9 +17,21 @@ def _parser() -> argparse.ArgumentParser:
         prog="sam3-export",
         description="Export SAM3 (image model) to static-shape fp32 ONNX graphs, "
         "DIR/<model>/1/model.onnx, with DIR/sam3_manifest.json and the Triton model repository.",
+        epilog="Where the checkpoint comes from: Meta's SAM3 release file sam3.pt, on SAM3's "
+        "model-hub page behind a licence acceptance. Download it yourself; this tool never "
+        "downloads anything. Accepted layouts (.pt read with torch.load(weights_only=True), or "
+        ".safetensors): the release layout (detector.*, tracker.*, optionally under "
+        '{"model": ...}); the same with a DDP "module." prefix; a plain state dict of the image '
+        'model as fine-tuning scripts save it (optionally under {"model": ...} or '
+        '{"state_dict": ...}). A checkpoint without tracker.* weights exports the grounding '
+        "graphs only (text and exemplar prompts; no clicks, no automatic masks).",
     )
     weights = p.add_mutually_exclusive_group(required=True)
-    weights.add_argument("--checkpoint", type=Path, help="official sam3.pt (detector.*/tracker.*)")
+    weights.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="sam3.pt or a fine-tuned checkpoint (.pt / .safetensors; layouts below)",
+    )
     weights.add_argument(
         "--random-weights",
         action="store_true",
@@ -30,9 +42,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="output model repository folder")
     p.add_argument(
         "--flavor",
-        choices=("onnx", "python"),
+        choices=("onnx", "python", "openvino"),
         default="onnx",
-        help="how Triton serves the graphs (passed to the repository writer)",
+        help="how Triton serves the graphs: its ONNX Runtime backend, its Python backend (our "
+        "runner, OpenVINO or ONNX Runtime), or its OpenVINO backend (CPU)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=("auto", "openvino", "onnxruntime"),
+        default="auto",
+        help="python flavor: what runs the graphs in the server (auto: decided on its CPU)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="python and openvino flavors: fp32, bf16 (CPUs with native bf16 only), or auto",
     )
     p.add_argument(
         "--device",
@@ -44,16 +69,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_repository(out: Path, manifest, flavor: str, device: str) -> None:
+def _write_repository(out: Path, manifest, args) -> None:
     if importlib.util.find_spec("sam3_export.triton_repo") is None:
         return
     from .triton_repo import write_repository
 
-    write_repository(out, manifest, flavor=flavor, device=device)
+    write_repository(
+        out,
+        manifest,
+        flavor=args.flavor,
+        device=args.device,
+        runtime=args.runtime,
+        precision=args.precision,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("sam3_export.triton_repo") is not None:
+        from .triton_repo import check_options
+
+        try:  # before minutes of export, not after
+            check_options(args.flavor, args.device, args.runtime, args.precision)
+        except ValueError as exc:
+            parser.error(str(exc))
     logging.basicConfig(
         level=logging.ERROR if args.quiet else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
@@ -74,12 +114,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"sam3-export: error: {exc}", file=sys.stderr)
         return 2
-    _write_repository(args.out, manifest, args.flavor, args.device)
+    _write_repository(args.out, manifest, args)
     if not args.quiet:
         kind = "RANDOM weights" if manifest.random_weights else f"checkpoint {manifest.checkpoint}"
         print(
             f"sam3-export: {manifest.size} model ({kind}), model_id {manifest.model_id[:16]}, "
             f"written to {args.out}"
+        )
+    if not manifest.interactive_head:  # printed even with -q: the repository is limited
+        print(
+            "sam3-export: note: the checkpoint has no interactive (tracker.*) weights; "
+            "exported the grounding graphs only (text and exemplar prompts). This repository "
+            "has no interactive head: clicks and automatic masks are refused."
         )
     return 0
 

@@ -3,9 +3,18 @@
 The official builder (`sam3.model_builder.build_sam3_image_model`) has no size arguments and
 allocates on CUDA in two constructors, so this module constructs the same classes with the same
 hyper-parameters from a `Sam3Dims` record (`sam3_export.dims`); `TINY` only shrinks the dimensions. Weights are either
-random (seeded, every parameter touched so that no path is trivially zero) or loaded from an
-official checkpoint (`detector.` -> image model, `tracker.` -> interactive head) with strict
-key checks.
+random (seeded, every parameter touched so that no path is trivially zero) or loaded from a
+checkpoint with strict key checks. Accepted layouts (`read_state_dict`):
+
+- Meta's release `sam3.pt`: `detector.*` -> image model, `tracker.*` -> interactive head,
+  optionally under `{"model": ...}`;
+- the same with a DDP `module.` prefix on every key;
+- a plain state dict of the image model (`Sam3Image.state_dict()` names, as fine-tuning scripts
+  save it), optionally under `{"model": ...}` or `{"state_dict": ...}`;
+- any of these as a `.safetensors` file.
+
+A checkpoint without the interactive weights (`tracker.*` and the interactive neck) builds a
+grounding-only model (`Sam3Build.has_interactive` False); missing grounding weights are an error.
 """
 
 from __future__ import annotations
@@ -45,8 +54,15 @@ log = logging.getLogger(__name__)
 
 DETECTOR_PREFIX = "detector."
 TRACKER_PREFIX = "tracker."
+DDP_PREFIX = "module."
 # Where the interactive head lives inside Sam3Image (the official loader maps `tracker.` here).
 INTERACTIVE_ATTR = "inst_interactive_predictor.model."
+# The interactive neck: part of the detector's backbone, used only by the interactive head (an
+# image model built without interactivity, as fine-tuning does, has none).
+INTERACTIVE_NECK = "backbone.vision_backbone.sam2_convs."
+INTERACTIVE_KEYS = (INTERACTIVE_ATTR, INTERACTIVE_NECK)
+# Containers fine-tuning scripts wrap a state dict in.
+WRAPPER_KEYS = ("model", "state_dict")
 # Buffers that are pure functions of the configuration; a checkpoint may omit them.
 DERIVED_BUFFER_SUFFIXES = ("freqs_cis", "relative_coords")
 
@@ -64,6 +80,8 @@ class Sam3Build:
     random_weights: bool
     seed: int | None
     checkpoint_name: str | None = None
+    # False: the checkpoint had no interactive weights; only the grounding graphs are usable.
+    has_interactive: bool = True
 
     @property
     def interactive(self) -> SAM3InteractiveImagePredictor:
@@ -329,55 +347,88 @@ def save_checkpoint(model: Sam3Image, path: str | os.PathLike) -> None:
     torch.save({"model": split_state_dict(model)}, path)
 
 
-def _read_checkpoint(path: Path) -> Mapping[str, torch.Tensor]:
+def _load_file(path: Path) -> object:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    if path.suffix.lower() == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path, device="cpu")
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise CheckpointError(f"{path} is not a readable .safetensors file: {exc}") from exc
     try:
         try:  # memory-mapped: a full checkpoint is not held twice while loading
-            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError as exc:
             if "mmap" not in str(exc):
                 raise
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)  # legacy format
+            return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
     except Exception as exc:  # torch raises many kinds for a file that is no checkpoint
         raise CheckpointError(f"{path} is not a readable torch checkpoint: {exc}") from exc
-    if isinstance(ckpt, Mapping) and isinstance(ckpt.get("model"), Mapping):
-        ckpt = ckpt["model"]
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A checkpoint in any accepted layout, as `Sam3Image.state_dict()` names.
+
+    Keys the image model cannot use stay in (the loader warns about them).
+    """
+    path = Path(path)
+    ckpt = _load_file(path)
+    while isinstance(ckpt, Mapping):
+        inner = [ckpt[k] for k in WRAPPER_KEYS if isinstance(ckpt.get(k), Mapping)]
+        if not inner:
+            break
+        ckpt = inner[0]
     if not isinstance(ckpt, Mapping) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in ckpt.items()
     ):
         raise CheckpointError(f"{path} is not a state dict of tensors")
-    return ckpt
-
-
-def load_checkpoint_(model: Sam3Image, path: str | os.PathLike) -> None:
-    """Load an official checkpoint; raise `CheckpointError` listing every missing key."""
-    path = Path(path)
-    ckpt = _read_checkpoint(path)
-    if not any(k.startswith(DETECTOR_PREFIX) for k in ckpt):
-        raise CheckpointError(
-            f"{path} has no '{DETECTOR_PREFIX}*' keys: not a SAM3 checkpoint "
-            f"(first keys: {sorted(ckpt)[:5]})"
-        )
+    if ckpt and all(k.startswith(DDP_PREFIX) for k in ckpt):
+        ckpt = {k[len(DDP_PREFIX) :]: v for k, v in ckpt.items()}
+    if not any(k.startswith((DETECTOR_PREFIX, TRACKER_PREFIX)) for k in ckpt):
+        return dict(ckpt)  # a plain image-model state dict
     mapped: dict[str, torch.Tensor] = {}
-    ignored: list[str] = []
     for key, value in ckpt.items():
         if key.startswith(DETECTOR_PREFIX):
             mapped[key[len(DETECTOR_PREFIX) :]] = value
         elif key.startswith(TRACKER_PREFIX):
             mapped[INTERACTIVE_ATTR + key[len(TRACKER_PREFIX) :]] = value
         else:
-            ignored.append(key)
+            mapped["<unmapped>." + key] = value
+    return mapped
+
+
+def _listing(keys: list[str]) -> str:
+    shown = "\n  ".join(keys[:50])
+    more = f"\n  ... and {len(keys) - 50} more" if len(keys) > 50 else ""
+    return f"\n  {shown}{more}"
+
+
+def load_checkpoint_(model: Sam3Image, path: str | os.PathLike) -> bool:
+    """Load a checkpoint (any layout of `read_state_dict`); raise `CheckpointError` listing
+    every missing key. Returns whether it held the interactive head's weights."""
+    path = Path(path)
+    mapped = read_state_dict(path)
     expected = model.state_dict()
-    missing = sorted(
-        k for k in expected if k not in mapped and not k.endswith(DERIVED_BUFFER_SUFFIXES)
-    )
+    known = [k for k in mapped if k in expected]
+    if not known:
+        raise CheckpointError(
+            f"{path} has none of the SAM3 image model's weights: not a SAM3 checkpoint "
+            f"(first keys: {sorted(mapped)[:5]}). Accepted: Meta's release sam3.pt "
+            "(detector.*/tracker.*), a DDP module.* copy of it, or a plain image-model state dict"
+        )
+    required = [k for k in expected if not k.endswith(DERIVED_BUFFER_SUFFIXES)]
+    interactive_keys = [k for k in required if k.startswith(INTERACTIVE_KEYS)]
+    has_interactive = any(k in mapped for k in interactive_keys)
+    if not has_interactive:
+        required = [k for k in required if not k.startswith(INTERACTIVE_KEYS)]
+    missing = sorted(k for k in required if k not in mapped)
     if missing:
-        shown = "\n  ".join(missing[:50])
-        more = f"\n  ... and {len(missing) - 50} more" if len(missing) > 50 else ""
         raise CheckpointError(
             f"{path} lacks {len(missing)} of the model's {len(expected)} weights "
-            f"(a checkpoint of another model, or of another --size?):\n  {shown}{more}"
+            f"(a checkpoint of another model, or of another --size?):{_listing(missing)}"
         )
     wrong = [
         f"{k}: checkpoint {tuple(mapped[k].shape)} vs model {tuple(v.shape)}"
@@ -386,7 +437,7 @@ def load_checkpoint_(model: Sam3Image, path: str | os.PathLike) -> None:
     ]
     if wrong:
         raise CheckpointError(f"{path} has weights of the wrong shape:\n  " + "\n  ".join(wrong))
-    unexpected = sorted(k for k in mapped if k not in expected) + ignored
+    unexpected = sorted(k for k in mapped if k not in expected)
     if unexpected:
         log.warning(
             "ignoring %d checkpoint keys the image model does not use: %s%s",
@@ -394,8 +445,13 @@ def load_checkpoint_(model: Sam3Image, path: str | os.PathLike) -> None:
             unexpected[:10],
             " ..." if len(unexpected) > 10 else "",
         )
-    usable = {k: v for k, v in mapped.items() if k in expected}
-    model.load_state_dict(usable, strict=False)
+    if not has_interactive:
+        log.warning(
+            "%s has no interactive (tracker.*) weights: only the grounding graphs are exported",
+            path.name,
+        )
+    model.load_state_dict({k: v for k, v in mapped.items() if k in expected}, strict=False)
+    return has_interactive
 
 
 def build_sam3(
@@ -421,10 +477,11 @@ def build_sam3(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0 if seed is None else seed)
         model = _build_model(dims)
+    has_interactive = True
     if checkpoint is None:
         randomize_(model, seed)
     else:
-        load_checkpoint_(model, checkpoint)
+        has_interactive = load_checkpoint_(model, checkpoint)
     model.eval()
     _warm_caches(model, dims)
     return Sam3Build(
@@ -433,13 +490,20 @@ def build_sam3(
         random_weights=checkpoint is None,
         seed=seed if checkpoint is None else None,
         checkpoint_name=None if checkpoint is None else Path(checkpoint).name,
+        has_interactive=has_interactive,
     )
 
 
-def model_id(model: torch.nn.Module) -> str:
-    """sha256 over every weight (name, dtype, shape, bytes), in name order."""
+def model_id(model: torch.nn.Module, interactive: bool = True) -> str:
+    """sha256 over every weight (name, dtype, shape, bytes), in name order.
+
+    `interactive=False`: without the interactive head's weights (a grounding-only checkpoint,
+    whose interactive weights are only constructor defaults).
+    """
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
+        if not interactive and name.startswith(INTERACTIVE_KEYS):
+            continue
         t = tensor.detach().contiguous().cpu()
         h.update(name.encode())
         h.update(str(t.dtype).encode())

@@ -29,10 +29,11 @@ GRAPH_MODULES = ("encoder", "text", "concept", "decoder")
 OPTIONAL_GRAPH_MODULES = ("pvs_decoder",)
 
 
-def graph_modules() -> list[Any]:
-    """The `graphs.*` modules whose `graph_exports(build)` make up the repository."""
+def graph_modules(interactive: bool = True) -> list[Any]:
+    """The `graphs.*` modules whose `graph_exports(build)` make up the repository
+    (`interactive=False`: the grounding graphs only)."""
     modules = [importlib.import_module(f"sam3_export.graphs.{n}") for n in GRAPH_MODULES]
-    for name in OPTIONAL_GRAPH_MODULES:
+    for name in OPTIONAL_GRAPH_MODULES if interactive else ():
         full = f"sam3_export.graphs.{name}"
         if importlib.util.find_spec(full) is not None:
             modules.append(importlib.import_module(full))
@@ -89,7 +90,9 @@ def build_manifest(
         "random_weights": build.random_weights,
         "seed": build.seed,
         "checkpoint": build.checkpoint_name,
-        "model_id": model_id(build.model),
+        "model_id": model_id(build.model, interactive=build.has_interactive),
+        # False: the checkpoint had no interactive (tracker.*) weights; grounding graphs only.
+        contract.INTERACTIVE_HEAD: build.has_interactive,
         "dims": dims_dict(d),
         "opset": OPSET,
         "versions": {
@@ -134,7 +137,7 @@ def export_all(
     log.info("built %s model in %.1f s", build.dims.name, time.perf_counter() - start)
     exported: list[ExportedGraph] = []
     extra: dict[str, Any] = {}
-    for module in graph_modules():
+    for module in graph_modules(build.has_interactive):
         for graph in module.graph_exports(build):
             exported.append(export_graph(graph, out_dir))
         if hasattr(module, "manifest_entries"):

@@ -5,8 +5,14 @@
 - one `config.pbtxt` per ONNX graph, with the graph's own input/output names, dtypes and static
   dims. `flavor="onnx"` serves them with Triton's ONNX Runtime backend (`onnxruntime_onnx`,
   KIND_GPU unless `device="cpu"`); `flavor="python"` serves each through a Python-backend model
-  that runs it in onnxruntime (for Triton builds without the ONNX Runtime backend);
-- the Python models `sam3_postprocess`, `sam3_multi` and `sam3_interactive`: a generic adapter as
+  that runs it with `napari_sam3.triton_models.onnx_runner` (for Triton builds without the ONNX
+  Runtime backend), at the `runtime` and `precision` written into its parameters (OpenVINO or
+  ONNX Runtime, fp32 or bf16, or "auto": decided on the server's CPU when it loads);
+  `flavor="openvino"` serves them with Triton's own OpenVINO backend (`backend: "openvino"`,
+  `model.onnx`, CPU), bf16 hinted on the graphs `onnx_runner.BF16_GRAPHS` lists (OpenVINO
+  uses the hint only on CPUs with native bf16);
+- the Python models `sam3_postprocess`, `sam3_multi`, `sam3_interactive` and `sam3_cached` (the
+  feature cache in front of every head, which the client uses): a generic adapter as
   `model.py`, beside verbatim copies of their logic modules from `napari_sam3.triton_models`
   (and `rle.py`, `contract.py`), so that server and embedded engine run the same code;
 - the ensembles `sam3_segment`, `sam3_concept`, `sam3_segment_concept`, carrying the manifest.
@@ -25,6 +31,8 @@ from tritonclient.grpc import model_config_pb2 as pb
 import napari_sam3
 from napari_sam3 import contract
 from napari_sam3.masks import rle as rle_module
+from napari_sam3.triton_models import cached as cached_logic
+from napari_sam3.triton_models import onnx_runner
 
 LOGIC_DIR = Path(napari_sam3.__file__).parent / "triton_models"
 RESULT_OPTIONS = (
@@ -39,7 +47,7 @@ ONNX_TO_TRITON = {
     onnx.TensorProto.INT64: "TYPE_INT64",
     onnx.TensorProto.FLOAT: "TYPE_FP32",
 }
-FLAVORS = ("onnx", "python")
+FLAVORS = ("onnx", "python", "openvino")
 DEVICES = ("gpu", "cpu")
 
 
@@ -97,7 +105,9 @@ def _write(model_dir: Path, config: pb.ModelConfig) -> None:
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
 
 
-def _python_model(model_dir: Path, config: pb.ModelConfig, logic_module: str) -> None:
+def _python_model(
+    model_dir: Path, config: pb.ModelConfig, logic_module: str, siblings: tuple[str, ...] = ()
+) -> None:
     config.backend = "python"
     config.parameters["logic_module"].string_value = logic_module
     version = model_dir / "1"
@@ -105,6 +115,7 @@ def _python_model(model_dir: Path, config: pb.ModelConfig, logic_module: str) ->
     shutil.copyfile(LOGIC_DIR / "triton_adapter.py", version / "model.py")
     for source in (
         LOGIC_DIR / f"{logic_module}.py",
+        *(LOGIC_DIR / f"{name}.py" for name in siblings),
         LOGIC_DIR / "postprocess.py",
         Path(rle_module.__file__),
         Path(contract.__file__),
@@ -113,15 +124,27 @@ def _python_model(model_dir: Path, config: pb.ModelConfig, logic_module: str) ->
     _write(model_dir, config)
 
 
-def _graph_model(out_dir: Path, name: str, flavor: str, device: str) -> tuple[list, list]:
+def _graph_model(
+    out_dir: Path, name: str, flavor: str, device: str, runtime: str, precision: str
+) -> tuple[list, list]:
     inputs, outputs = graph_signature(contract.graph_path(out_dir, name))
     config = _config(name, inputs, outputs)
     if flavor == "onnx":
         config.platform = "onnxruntime_onnx"
         _instances(config, "KIND_GPU" if device == "gpu" else "KIND_CPU")
         _write(out_dir / name, config)
+    elif flavor == "openvino":
+        config.backend = "openvino"
+        config.default_model_filename = "model.onnx"
+        _instances(config, "KIND_CPU")  # the OpenVINO backend runs on the CPU only
+        bf16 = precision == onnx_runner.BF16 or (
+            precision == onnx_runner.AUTO and name in onnx_runner.BF16_GRAPHS
+        )
+        _set_parameters(config, {"NUM_STREAMS": "1", **({"HINT_BF16": "YES"} if bf16 else {})})
+        _write(out_dir / name, config)
     else:
         _instances(config, "KIND_CPU" if device == "cpu" else "KIND_GPU")
+        _set_parameters(config, {"runtime": runtime, "precision": precision})
         _python_model(out_dir / name, config, "onnx_runner")
     return inputs, outputs
 
@@ -157,14 +180,37 @@ def _result_outputs() -> list[tuple]:
     ]
 
 
-def write_repository(
-    out_dir: str | Path, manifest: contract.Manifest, flavor: str = "onnx", device: str = "gpu"
-) -> list[str]:
-    """Write every config, Python model and ensemble around the graphs in `out_dir`."""
+def check_options(flavor: str, device: str, runtime: str = "auto", precision: str = "auto") -> None:
+    """Raise ValueError for a combination the repository writer cannot write."""
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    onnx_runner.check_choice(runtime, precision)
+    if flavor == "openvino" and device == "gpu":
+        raise ValueError("Triton's OpenVINO backend runs on the CPU: use --device cpu")
+    if flavor != "python" and runtime != onnx_runner.AUTO:
+        raise ValueError(
+            f"runtime applies to the python flavor; the {flavor} flavor runs in Triton's own "
+            "backend (leave runtime at 'auto')"
+        )
+    if flavor == "onnx" and precision == onnx_runner.BF16:
+        raise ValueError("Triton's ONNX Runtime backend runs these graphs at fp32 only")
+
+
+def write_repository(
+    out_dir: str | Path,
+    manifest: contract.Manifest,
+    flavor: str = "onnx",
+    device: str = "gpu",
+    runtime: str = "auto",
+    precision: str = "auto",
+) -> list[str]:
+    """Write every config, Python model and ensemble around the graphs in `out_dir`.
+
+    `runtime` and `precision` (see `onnx_runner.choose`) apply to the python flavor's graphs;
+    `precision` also to the openvino flavor's."""
+    check_options(flavor, device, runtime, precision)
     out_dir = Path(out_dir)
     manifest = manifest.with_entries(
         flavor=flavor, device=device, max_keywords=contract.MAX_KEYWORDS
@@ -173,7 +219,7 @@ def write_repository(
     graphs = [*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS]
     for name in graphs:
         if contract.graph_path(out_dir, name).exists():
-            sig[name] = _graph_model(out_dir, name, flavor, device)
+            sig[name] = _graph_model(out_dir, name, flavor, device, runtime, precision)
     missing = [g for g in contract.GROUNDING_GRAPHS if g not in sig]
     if missing:
         raise FileNotFoundError(f"{out_dir} lacks the graphs {missing}; export them first")
@@ -262,7 +308,72 @@ def write_repository(
 
     if contract.PVS_DECODER in sig:
         written.append(_interactive(out_dir, sig, manifest, params))
+    written.append(_cached(out_dir, sig, manifest, options))
     return written
+
+
+def _cached(out_dir: Path, sig: dict, manifest: contract.Manifest, options: list) -> str:
+    """`sam3_cached`: the feature cache in front of every head (one instance: one cache)."""
+    enc_in, _ = sig[contract.ENCODER]
+    text_in, _ = sig[contract.TEXT]
+    dec_in, _ = sig[contract.DECODER]
+    ct_in, _ = sig[contract.DECODER_CT]
+    _, ce_out = sig[contract.CONCEPT_ENCODER]
+    exemplar_names = (contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.EXEMPLAR_VALID)
+    batched = [
+        (n, t, [-1, *d[1:]])
+        for n, t, d in text_in + dec_in + ct_in
+        if n in (contract.TOKEN_IDS, *exemplar_names, *contract.CONCEPT_OUTPUTS)
+    ]
+    inputs = [
+        (contract.CACHE_OP, "TYPE_STRING", [1]),
+        (contract.IMAGE_ID, "TYPE_STRING", [1]),
+        *enc_in,
+        *batched,
+        *options,
+    ]
+    params = {}
+    if contract.PVS_DECODER in sig:
+        pvs_in, _ = sig[contract.PVS_DECODER]
+        grid_in, _ = sig.get(contract.PVS_GRID_DECODER, sig[contract.PVS_DECODER])
+        grid_dims = dict((n, d) for n, _, d in grid_in)[contract.PVS_POINT_COORDS]
+        params["grid_batch"] = grid_dims[0]
+        inputs += [e for e in pvs_in if e[0] in contract.PVS_PROMPTS] + [
+            (contract.PVS_GRID_COORDS, "TYPE_FP32", [-1, grid_dims[1], 2]),
+            (contract.PVS_GRID_LABELS, "TYPE_FP32", [-1, grid_dims[1]]),
+        ]
+    outputs = [
+        (contract.CACHE_STATUS, "TYPE_STRING", [1]),
+        (contract.CACHE_INFO, "TYPE_STRING", [1]),
+        *_result_outputs(),
+        (contract.KEYWORD_COUNTS, "TYPE_INT32", [-1]),
+        *[
+            (new, t, d)
+            for (n, t, d) in ce_out
+            for old, new in zip(contract.CONCEPT_OUTPUTS, contract.ENCODED_CONCEPT, strict=True)
+            if n == old
+        ],
+        (contract.PVS_IOU, "TYPE_FP32", [-1, 3]),
+        (contract.PVS_LOW_RES, "TYPE_FP32", [-1, 3, -1, -1]),
+        (contract.PVS_GRID_LOW_RES, "TYPE_FP32", [-1, 3, -1, -1]),
+        (contract.PVS_GRID_IOU, "TYPE_FP32", [-1, 3]),
+    ]
+    optional = [n for n, _, _ in inputs if n != contract.CACHE_OP]
+    config = _config(contract.CACHED, inputs, outputs, optional)
+    _set_parameters(
+        config,
+        {
+            **params,
+            # bounds and lifetime of the caches; edit them here (or per client: embedded)
+            "cache_bytes": cached_logic.DEFAULT_CACHE_BYTES,
+            "heads_cache_bytes": cached_logic.DEFAULT_HEADS_CACHE_BYTES,
+            "cache_ttl_s": int(cached_logic.DEFAULT_TTL_S),
+            contract.MANIFEST_PARAMETER: _manifest_json(manifest),
+        },
+    )
+    _instances(config, "KIND_CPU")  # ONE instance: a second would hold a second cache
+    _python_model(out_dir / contract.CACHED, config, "cached")
+    return contract.CACHED
 
 
 def _interactive(out_dir: Path, sig: dict, manifest: contract.Manifest, params: dict) -> str:
@@ -297,11 +408,11 @@ def _interactive(out_dir: Path, sig: dict, manifest: contract.Manifest, params: 
             **params,
             "grid_batch": grid_batch,
             "low_res_size": masks_dims[-1],
-            "cache_size": 8,
+            "cache_bytes": cached_logic.DEFAULT_CACHE_BYTES,
             "cache_ttl_s": 900,
             contract.MANIFEST_PARAMETER: _manifest_json(manifest),
         },
     )
     _instances(config, "KIND_CPU")
-    _python_model(out_dir / contract.INTERACTIVE, config, "interactive")
+    _python_model(out_dir / contract.INTERACTIVE, config, "interactive", ("cached",))
     return contract.INTERACTIVE

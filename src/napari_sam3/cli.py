@@ -31,7 +31,8 @@ RANDOM_BANNER = """
 
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".jp2", ".png", ".jpg", ".jpeg", ".img", ".vrt")
-SCENE_OUTPUTS = (".gpkg", ".geojson", ".tif", ".tiff")
+SCENE_OUTPUTS = (".gpkg", ".geojson", ".shp", ".parquet", ".fgb", ".tif", ".tiff")
+OUTPUT_FORMATS = ("gpkg", "geojson", "shp", "parquet", "fgb", "tif", "cog")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -73,8 +74,88 @@ def ensure_repository(
     return out
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runtime",
+        choices=("auto", "openvino", "onnxruntime"),
+        default="auto",
+        help="with --models: what runs the graphs in-process (default auto: OpenVINO on a CPU, "
+        "ONNX Runtime where its CUDA provider is installed)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="with --models: fp32, bf16 (OpenVINO on a CPU with native bf16 only) or auto "
+        "(bf16 where native and measured to hold, else fp32)",
+    )
+
+
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("with --server")
+    group.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for a ready server (default 10; raise it for a cold start)",
+    )
+    group.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="the most one request may take (default 600); a server that stops answering is "
+        "given up on after 20 s whatever this says",
+    )
+    group.add_argument("--tls", action="store_true", help="gRPC over TLS")
+    group.add_argument(
+        "--tls-root-cert", metavar="PEM", help="with --tls: the CA to trust (default: the system's)"
+    )
+    group.add_argument(
+        "--tls-client-cert", metavar="PEM", help="with --tls: our certificate, for mutual TLS"
+    )
+    group.add_argument("--tls-client-key", metavar="PEM", help="with --tls: its private key")
+
+
+def _server_client(args: argparse.Namespace):
+    """The client of `--server` with the timeout and TLS options."""
     from .client import Sam3Client
+
+    files = (args.tls_root_cert, args.tls_client_key, args.tls_client_cert)
+    if not args.tls and any(files):
+        raise UsageError("--tls-root-cert, --tls-client-cert and --tls-client-key need --tls")
+    for name, value in (
+        ("--connect-timeout", args.connect_timeout),
+        ("--request-timeout", args.request_timeout),
+    ):
+        if not value > 0:
+            raise UsageError(f"{name} must be a positive number of seconds, got {value}")
+    return Sam3Client(
+        args.server,
+        connect_timeout=args.connect_timeout,
+        request_timeout=args.request_timeout,
+        tls=args.tls,
+        root_certificates=files[0],
+        private_key=files[1],
+        certificate_chain=files[2],
+    )
+
+
+def _local_client(models, args: argparse.Namespace):
+    """The embedded client at the asked runtime and precision; says on stderr what it picked."""
+    from .client import Sam3Client
+
+    client = Sam3Client.local(models, runtime=args.runtime, precision=args.precision)
+    print(
+        "napari-sam3: graphs run with " + client.engine.runtime_summary(reasons=True),
+        file=sys.stderr,
+        flush=True,
+    )
+    return client
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
     from .gis import overlay_png, to_geodataframe, write_vector
     from .raster import read_raster
     from .sample_data import sentinel2_true_colour
@@ -85,7 +166,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     size = args.size or ("full" if checkpoint else "tiny")
     models = Path(args.models or f"models/{'sam3-' + size if checkpoint else 'random-' + size}")
     ensure_repository(models, checkpoint, size)
-    client = Sam3Client.local(models)
+    client = _local_client(models, args)
     random_weights = client.manifest.random_weights
     if random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
@@ -149,7 +230,7 @@ def _plan_outputs(
     suffix = target.suffix.lower()
     if suffix and suffix not in SCENE_OUTPUTS:
         raise UsageError(
-            f"--out {out}: unknown extension {suffix}; give a .gpkg, .geojson or .tif file, "
+            f"--out {out}: unknown extension {suffix}; give a {', '.join(SCENE_OUTPUTS)} file, "
             "or a folder (one output per raster)"
         )
     merged = None
@@ -161,14 +242,16 @@ def _plan_outputs(
         elif suffix in (".tif", ".tiff"):
             raise UsageError(
                 "a label GeoTIFF holds one scene: for several rasters give --out a folder "
-                "(one output per raster) or a .gpkg / .geojson file (one merged layer)"
+                "(one output per raster) or a vector file such as .gpkg (one merged layer)"
             )
         else:
             targets, merged = [], target
     else:
         if target.exists() and not target.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder or a .gpkg/.geojson/.tif")
-        targets = [target / f"{p.stem}.{fmt}" for p in inputs]
+        from .gis import FORMAT_SUFFIXES
+
+        targets = [target / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs]
         clash = sorted({t.name for t in targets if targets.count(t) > 1})
         if clash:
             raise UsageError(
@@ -188,8 +271,12 @@ def _plan_outputs(
 
 def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
     keywords = parse_keywords(args.keywords)
-    if args.prompt is None and not keywords and not args.concept:
-        raise UsageError("nothing to look for: give --prompt, --keywords or --concept")
+    if args.prompt is None and not keywords and not args.concept and not args.exemplars:
+        raise UsageError("nothing to look for: give --prompt, --keywords, --concept or --exemplars")
+    if args.exemplars and not Path(args.exemplars).is_file():
+        raise UsageError(f"--exemplars {args.exemplars}: no such file")
+    if (args.exemplar_label_column or args.exemplars_crs) and not args.exemplars:
+        raise UsageError("--exemplar-label-column and --exemplars-crs go with --exemplars FILE")
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty; give a word such as 'building'")
     bands = parse_bands(args.bands)
@@ -207,26 +294,70 @@ def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _load_model(args: argparse.Namespace) -> tuple[Any, list[Any]]:
-    from .client import Sam3Client
     from .concept import Concept
 
     if args.models and not Path(args.models).is_dir():
         raise UsageError(f"--models {args.models}: no such model repository folder")
     try:
-        client = Sam3Client(args.server) if args.server else Sam3Client.local(args.models)
+        client = _server_client(args) if args.server else _local_client(args.models, args)
     except Exception as error:  # any failure to reach or load the model stops the run
         where = args.server or args.models
         raise UsageError(f"cannot use the model at {where}: {error}") from error
     concepts = []
     for path in args.concept or []:
         try:
-            concept = Concept.load(path)
-            concept.check_model(client.model_id)
+            concept = Concept.load(path, client.manifest)
         except (ValueError, OSError) as error:
             raise UsageError(f"--concept {path}: {error}") from error
         concept.name = concept.name or Path(path).stem
         concepts.append(concept)
     return client, concepts
+
+
+def _postprocess_options(args: argparse.Namespace) -> Any:
+    """The vector post-processing flags as a PostProcess (None: none asked for)."""
+    from .gis_post import PostProcess
+
+    try:
+        post = PostProcess(
+            min_area_m2=args.min_area_m2,
+            min_area_px=args.min_area_px,
+            fill_holes=args.fill_holes,
+            regularize=args.regularize,
+            smooth=args.smooth,
+            simplify=args.simplify_m or 0.0,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    return post if post.steps else None
+
+
+def _exemplar_concepts(
+    args: argparse.Namespace, client: Any, inputs: list[Path], options: dict[str, Any]
+) -> list[Any]:
+    """--exemplars: concepts encoded where the exemplars fall, applied to every raster."""
+    if not args.exemplars:
+        return []
+    from .vector_prompts import VectorPrompt, scene_exemplar_concepts
+
+    prompt = VectorPrompt(Path(args.exemplars), args.exemplar_label_column, args.exemplars_crs)
+    try:
+        concepts = scene_exemplar_concepts(
+            client,
+            inputs,
+            prompt,
+            tile_size=options["tile_size"],
+            overlap=options["overlap"],
+            bands=options["bands"],
+            nodata=options["nodata"],
+        )
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise UsageError(f"--exemplars {args.exemplars}: {error}") from error
+    print(
+        f"napari-sam3: {len(concepts)} exemplar concept(s) from {Path(args.exemplars).name}",
+        flush=True,
+    )
+    return concepts
 
 
 def _same_crs(gdf: Any, crs: Any, name: str) -> Any:
@@ -245,16 +376,85 @@ def _describe(df: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "nothing found"
 
 
+def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
+    """--workers / --dask / --resume: one dask task per scene into the --out folder."""
+    from .scene.batch import ClientFactory, FolderLocked, segment_scenes
+
+    if Path(args.out).suffix:
+        raise UsageError(
+            "--workers, --dask and --resume write one output per raster: give --out a folder"
+        )
+    options = _segment_options(args)
+    client, _ = _load_model(args)  # reachable, the concepts fit: checked once, here
+    if client.manifest.random_weights:
+        print(RANDOM_BANNER, file=sys.stderr, flush=True)
+    client.close()
+    if args.server:
+        factory = ClientFactory(servers=tuple(args.server.split(",")))
+    else:
+        factory = ClientFactory(
+            repository=str(Path(args.models).resolve()),
+            runtime=args.runtime,
+            precision=args.precision,
+        )
+    if args.concept:
+        options["concept"] = [str(Path(c).resolve()) for c in args.concept]
+
+    def report(path: Path, status: str, detail: Any) -> None:
+        if status == "failed":
+            print(f"napari-sam3: FAILED {path}: {detail}", file=sys.stderr, flush=True)
+        elif status == "skipped":
+            print(
+                f"napari-sam3: {path.name}: finished before ({detail['features']} objects), skipped"
+            )
+        else:
+            print(
+                f"napari-sam3: {path.name}: {detail['features']} objects -> {detail['output']} "
+                f"({detail['seconds']:.1f} s)",
+                flush=True,
+            )
+
+    try:
+        result = segment_scenes(
+            factory,
+            inputs,
+            args.out,
+            fmt=args.format,
+            workers=args.workers,
+            scheduler=args.dask,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            simplify=args.simplify,
+            report=report,
+            **options,
+        )
+    except (FolderLocked, FileExistsError) as error:
+        raise UsageError(str(error)) from None
+    done = len(result.done) + len(result.skipped)
+    print(f"napari-sam3: {done} of {len(inputs)} rasters segmented ({len(result.skipped)} skipped)")
+    for path, reason in result.failed.items():
+        print(f"napari-sam3:   failed: {path}: {reason}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
 def cmd_segment(args: argparse.Namespace) -> int:
+    if args.workers is not None or args.dask or args.resume:
+        try:
+            return _segment_batch(args, _scene_inputs(args.rasters))
+        except UsageError as error:
+            print(f"napari-sam3: {error}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         inputs = _scene_inputs(args.rasters)
         targets, merged = _plan_outputs(inputs, args.out, args.format, args.overwrite)
         options = _segment_options(args)
         client, concepts = _load_model(args)
+        concepts += _exemplar_concepts(args, client, inputs, options)
+        post = _postprocess_options(args)
     except UsageError as error:
         print(f"napari-sam3: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from .gis import write_vector
+    from .gis import add_provenance, write_vector
     from .scene import scene_geodataframe, segment_scene, write_scene
 
     if client.manifest.random_weights:
@@ -272,10 +472,23 @@ def cmd_segment(args: argparse.Namespace) -> int:
                 df = segment_scene(
                     client, path, concept=concepts or None, progress=not args.quiet, **options
                 )
+                df = add_provenance(df, client.manifest)
                 if merged is None:
-                    where = write_scene(df, targets[i], path, args.overwrite, args.simplify)
+                    where = write_scene(
+                        df,
+                        targets[i],
+                        path,
+                        args.overwrite,
+                        args.simplify,
+                        args.format == "cog",
+                        postprocess=post,
+                    )
                 else:
                     gdf = scene_geodataframe(df, path, args.simplify)
+                    if post is not None:
+                        from .gis_post import postprocess
+
+                        gdf = postprocess(gdf, post)
                     crs = gdf.crs if not layers else crs
                     layers.append(_same_crs(gdf, crs, path.name))
                     where = f"merged layer {merged}"
@@ -313,9 +526,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .client import Sam3Client
-
-    client = Sam3Client(args.server) if args.server else Sam3Client.local(args.models)
+    client = _server_client(args) if args.server else _local_client(args.models, args)
     print(repr(client))
     print(json.dumps(client.manifest.as_dict(), indent=2, sort_keys=True))
     return 0
@@ -335,14 +546,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--models", help="model repository folder (exported on first use)")
     demo.add_argument("--keywords", default="building,field,water,road")
     demo.add_argument("--out", default="out")
+    _add_runtime_options(demo)
     demo.set_defaults(run=cmd_demo)
 
     segment = sub.add_parser(
         "segment",
         help="segment whole rasters tile by tile into GIS layers",
         description="Segment one raster, several, or every raster in a folder, tile by tile, "
-        "into a GeoPackage/GeoJSON layer or a label GeoTIFF.",
-        epilog="--out FILE.gpkg|.geojson|.tif: one raster's output, or one merged layer for "
+        "into a vector layer (GeoPackage, GeoJSON, Shapefile, GeoParquet, FlatGeobuf) or a label "
+        "GeoTIFF (optionally Cloud-Optimised).",
+        epilog="--out FILE.gpkg|.geojson|.shp|.parquet|.fgb|.tif: one raster's output, or one "
+        "merged layer for "
         "several (vector only). --out FOLDER: one output per raster, named after it "
         "(--format). Exit codes: 0 every raster written; 1 some rasters failed (the rest "
         "written, failures listed); 2 nothing could run (bad usage, no model, an existing "
@@ -356,15 +570,31 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument(
         "--concept", action="append", metavar="FILE.npz", help="a saved concept (repeatable)"
     )
+    segment.add_argument(
+        "--exemplars",
+        metavar="FILE",
+        help="exemplar polygons/boxes from a vector file (.gpkg, .shp, .geojson, .parquet, .fgb) "
+        "in any CRS; the tiles they fall in encode a concept applied to every raster",
+    )
+    segment.add_argument(
+        "--exemplar-label-column",
+        metavar="COL",
+        help="column saying positive (1/true/positive) or negative (0/false/negative); "
+        "default: all positive",
+    )
+    segment.add_argument(
+        "--exemplars-crs", metavar="CRS", help="the CRS of an exemplar file that has none"
+    )
     model = segment.add_mutually_exclusive_group(required=True)
     model.add_argument("--server", help="Triton gRPC address host:port")
     model.add_argument("--models", help="local model repository (run in-process)")
     segment.add_argument("--out", required=True, help="output file, or a folder")
     segment.add_argument(
         "--format",
-        choices=("gpkg", "geojson", "tif"),
+        choices=OUTPUT_FORMATS,
         default="gpkg",
-        help="output type when --out is a folder (default gpkg)",
+        help="output type when --out is a folder (default gpkg); with --out FILE.tif, cog "
+        "writes a Cloud-Optimised GeoTIFF",
     )
     segment.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     segment.add_argument("--tile-size", type=int, help="pixels (default: the model's input size)")
@@ -379,13 +609,40 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument(
         "--simplify", type=float, default=0.0, help="polygon simplification, pixels (default 0)"
     )
+    post = segment.add_argument_group("vector post-processing (off by default)")
+    post.add_argument("--min-area-m2", type=float, help="drop polygons smaller than this (m2)")
+    post.add_argument("--min-area-px", type=int, help="drop masks of fewer pixels")
+    post.add_argument("--fill-holes", action="store_true", help="fill holes in polygons")
+    post.add_argument(
+        "--regularize", action="store_true", help="square building outlines (buildingregulariser)"
+    )
+    post.add_argument("--smooth", action="store_true", help="smooth pixel edges (smoothify)")
+    post.add_argument(
+        "--simplify-m", type=float, help="simplify after the above, tolerance in CRS units"
+    )
     segment.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_server_options(segment)
+    _add_runtime_options(segment)
+    scale = segment.add_mutually_exclusive_group()
+    scale.add_argument(
+        "--workers", type=int, help="segment the rasters on a local dask cluster of N processes"
+    )
+    scale.add_argument(
+        "--dask", metavar="ADDRESS", help="segment on a running dask scheduler (tcp://host:8786)"
+    )
+    segment.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip rasters the --out folder's run journal shows finished with the same options",
+    )
     segment.set_defaults(run=cmd_segment)
 
     info = sub.add_parser("info", help="describe a model repository or server")
     where = info.add_mutually_exclusive_group(required=True)
     where.add_argument("--server", help="Triton gRPC address host:port")
     where.add_argument("--models", help="local model repository")
+    _add_server_options(info)
+    _add_runtime_options(info)
     info.set_defaults(run=cmd_info)
     return parser
 
@@ -394,6 +651,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except (ValueError, FileNotFoundError, FileExistsError, ConnectionError, TypeError) as error:
         return _fail(str(error))
     except subprocess.CalledProcessError as error:

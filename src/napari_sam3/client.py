@@ -8,7 +8,6 @@ postprocess, so they return the same DataFrames.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +16,13 @@ import numpy as np
 import pandas as pd
 
 from . import contract, validate
+from .cache import FeatureCacheClient
 from .concept import Concept
 from .engines.local import LocalEngine
+from .image import ImageHandle
 from .letterbox import Letterbox
-from .masks.rle import decode_masks
 from .raster import Raster, read_raster
-from .results import detections_frame, empty_result
+from .results import decode_answer, detections_frame, empty_result, max_detections
 from .stretch import to_model_rgb
 from .tokenizer import tokenize
 
@@ -41,21 +41,78 @@ class PreparedImage:
 class Sam3Client:
     def __init__(
         self,
-        address: str,
-        connect_timeout: float = 30.0,
-        request_timeout: float = 300.0,
+        address: str | Sequence[str],
+        connect_timeout: float = 10.0,
+        request_timeout: float = 600.0,
         retries: int = 3,
+        *,
+        tls: bool = False,
+        root_certificates: str | os.PathLike | None = None,
+        private_key: str | os.PathLike | None = None,
+        certificate_chain: str | os.PathLike | None = None,
+        liveness_timeout: float = 20.0,
     ) -> None:
-        from .engines.triton import TritonEngine
+        """A Triton server's gRPC address, ``host:port``; several (a list, or ``"a:8001,b:8001"``)
+        make a pool (engines/pool.py) that spreads requests and survives a server's loss.
 
-        self.engine = TritonEngine(address, connect_timeout, request_timeout, retries)
-        self._load_manifest()
+        `connect_timeout`: how long to wait for a ready server; `request_timeout`: the most one
+        request may take (the client gives up sooner, after `liveness_timeout` seconds, on a
+        server that stops answering). `tls=True` for a server behind TLS: `root_certificates`
+        is the CA file to trust (default: the system's), `private_key` and
+        `certificate_chain` the client's certificate where the server asks for one.
+        """
+        from .engines.triton import TlsOptions, TritonEngine
+
+        given = (root_certificates, private_key, certificate_chain)
+        if not tls and any(v is not None for v in given):
+            raise ValueError("certificate files are for TLS: pass tls=True with them")
+        from .engines.pool import PoolEngine, split_addresses
+
+        options = {"liveness_timeout": liveness_timeout, "tls": TlsOptions(*given) if tls else None}
+        addresses = split_addresses(address)
+        if len(addresses) > 1:  # a pool: requests spread, a dead server's retried elsewhere
+            self.engine = PoolEngine(
+                addresses, connect_timeout, request_timeout, retries, **options
+            )
+        else:
+            self.engine = TritonEngine(
+                addresses[0], connect_timeout, request_timeout, retries, **options
+            )
+        try:
+            self._load_manifest()
+        except BaseException:
+            self.engine.close()
+            raise
 
     @classmethod
-    def local(cls, repository: str | os.PathLike, threads: int = 0) -> Sam3Client:
-        """The embedded engine: the repository run in-process with ONNX Runtime (CPU, or CUDA)."""
+    def local(
+        cls,
+        repository: str | os.PathLike,
+        threads: int = 0,
+        cache_bytes: int | None = None,
+        runtime: str = "auto",
+        precision: str = "auto",
+    ) -> Sam3Client:
+        """The embedded engine: the repository run in-process.
+
+        `cache_bytes`: the bound of the in-process feature cache (default: the repository's
+        `sam3_cached` config, four full-size images); it must hold at least one image.
+        `runtime`: "openvino" (CPU), "onnxruntime" (CPU, or CUDA where installed) or "auto";
+        `precision`: "fp32", "bf16" (OpenVINO on a CPU with native bf16 only) or "auto".
+        `repr(client)` and `client.engine.runtime_summary(reasons=True)` say what was picked.
+        """
         client = cls.__new__(cls)
-        client.engine = LocalEngine(repository, threads=threads)
+        overrides = {}
+        if cache_bytes is not None:
+            cache_bytes = validate.positive_int("cache_bytes", cache_bytes, 2**62)
+            overrides[contract.CACHED] = {"cache_bytes": cache_bytes}
+        client.engine = LocalEngine(
+            repository,
+            threads=threads,
+            model_parameters=overrides,
+            runtime=runtime,
+            precision=precision,
+        )
         client._load_manifest()
         return client
 
@@ -63,6 +120,16 @@ class Sam3Client:
         self.manifest = contract.manifest_from_config(self.engine.config(contract.SEGMENT))
         self.image_size = self.manifest.image_size
         self.model_id = self.manifest.model_id
+        try:
+            self.engine.config(contract.CACHED)
+        except ValueError:
+            raise ValueError(
+                f"{self.address} serves no {contract.CACHED} model (a repository written by an "
+                "older sam3-export, or the model failed to load: see the server log): export "
+                "the repository again"
+            ) from None
+        self._features = FeatureCacheClient(self.engine, self.model_id)
+        self._features.info()  # the cache model loads now: a bad bound fails here, not later
 
     @property
     def address(self) -> str:
@@ -70,6 +137,9 @@ class Sam3Client:
 
     def close(self) -> None:
         """Close the gRPC channels (Triton) or release the ONNX Runtime sessions (embedded)."""
+        features = getattr(self, "_features", None)
+        if features is not None:
+            features.close()  # no answer from the client's cache after close either
         self.engine.close()
 
     def __enter__(self) -> Sam3Client:
@@ -80,9 +150,11 @@ class Sam3Client:
 
     def __repr__(self) -> str:
         weights = "RANDOM WEIGHTS" if self.manifest.random_weights else "checkpoint"
+        summary = getattr(self.engine, "runtime_summary", None)
+        runs = f", runtime={summary()}" if summary else ""
         return (
             f"Sam3Client({self.address!r}, size={self.manifest.size}, "
-            f"input={self.image_size}px, {weights}, model_id={self.model_id[:12]})"
+            f"input={self.image_size}px, {weights}, model_id={self.model_id[:12]}{runs})"
         )
 
     # -- inputs ---------------------------------------------------------------------------
@@ -121,6 +193,13 @@ class Sam3Client:
                 raise ValueError("exemplar_labels given without exemplar_boxes")
             return slots
         boxes = validate.boxes(boxes, "exemplar boxes")
+        flat = (boxes[:, 2] <= boxes[:, 0]) | (boxes[:, 3] <= boxes[:, 1])
+        if flat.any():
+            i = int(np.flatnonzero(flat)[0])
+            raise ValueError(
+                f"exemplar box {i} {boxes[i].tolist()} has zero area (need x2 > x1 and y2 > y1): "
+                "draw a box around one example object"
+            )
         if len(boxes) > k:
             raise ValueError(f"at most {k} exemplar boxes fit one request, got {len(boxes)}")
         if labels is None:
@@ -164,12 +243,21 @@ class Sam3Client:
         max_det: int | None = None,
         dedup: float | None = 0.85,
         bands: Sequence[int | str] | None = None,
+        exemplars=None,
     ) -> pd.DataFrame:
         """Everything `prompt` (and/or the exemplar boxes, or a concept) names in the image.
+
+        `exemplars`: exemplar boxes from vector data in any CRS (a vector file, a GeoDataFrame
+        or a `vector_prompts.VectorPrompt` with a label column); the image must then be
+        georeferenced (a raster path or a Raster). They add to `exemplar_boxes`.
 
         Returns one row per object: `box` [x1, y1, x2, y2] in the image's pixels, `score`,
         `mask` (full-frame, dense on access), `keyword`, `prompt_kind`.
         """
+        if exemplars is not None:
+            exemplar_boxes, exemplar_labels = _vector_exemplars(
+                image, exemplars, exemplar_boxes, exemplar_labels
+            )
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
         if prompt is not None and not prompt.strip():
@@ -191,17 +279,16 @@ class Sam3Client:
         if concept is not None:
             if not isinstance(concept, Concept):
                 raise TypeError(f"concept must be a Concept, got {type(concept).__name__}")
-            concept.check_model(self.model_id)
-            inputs.update(concept.tensors())
-            model, kind = contract.SEGMENT_CONCEPT, "concept"
+            inputs.update(concept.inputs(self.manifest))
+            kind = "concept"
         else:
             inputs.update(self._exemplar_slots(prepared.letterbox, exemplar_boxes, exemplar_labels))
-            model = contract.SEGMENT
             kind = "text" if exemplar_boxes is None else "exemplar"
             if prompt is not None and exemplar_boxes is not None:
                 kind = "text+exemplar"
-        out = self.engine.infer(model, inputs, contract.RESULT_OUTPUTS)
-        return detections_frame(
+        # the features of an image seen before are reused (sam3_cached; see cache.py)
+        out, status = self._features.ground(prepared, inputs)
+        frame = detections_frame(
             out[contract.SCORES],
             out[contract.BOXES],
             out[contract.MASKS_RLE],
@@ -209,7 +296,10 @@ class Sam3Client:
             dedup,
             prompt or "",
             kind,
+            max_detections(self.manifest.num_queries, max_det),
         )
+        frame.attrs["cache"] = status
+        return frame
 
     def multi(
         self,
@@ -247,15 +337,26 @@ class Sam3Client:
         texts = keywords + [contract.VISUAL_PROMPT] * len(named)
         inputs = {contract.IMAGES: prepared.images_u8, contract.TOKEN_IDS: tokenize(texts)}
         if named:
+            checked = [c.inputs(self.manifest) for _, c in named]
             for name_ in contract.CONCEPT_OUTPUTS:
-                inputs[name_] = np.concatenate([c.tensors()[name_] for _, c in named])
+                inputs[name_] = np.concatenate([c[name_] for c in checked])
         inputs.update(options)
         queries = [(k, "text") for k in keywords] + [(n, "concept") for n, _ in named]
-        out = self.engine.infer(contract.MULTI, inputs, contract.MULTI_OUTPUTS)
-        counts = np.asarray(out[contract.KEYWORD_COUNTS]).reshape(-1)
+        out, status = self._features.ground(prepared, inputs)
+        per_query = max_detections(self.manifest.num_queries, max_det)
+        counts = np.asarray(out[contract.KEYWORD_COUNTS]).reshape(-1).astype(np.int64)
+        if len(counts) != len(queries) or counts.min() < 0 or counts.max() > per_query:
+            raise ValueError(
+                f"server answered keyword counts {counts.tolist()[:16]} for {len(queries)} "
+                f"queries of at most {per_query} detections each: refused (wrong server answer)"
+            )
         frames = []
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        masks = decode_masks(np.asarray(out[contract.MASKS_RLE], np.uint8).tobytes())
+        masks = decode_answer(out[contract.MASKS_RLE], self.image_size, int(offsets[-1]))
+        if len(masks) != offsets[-1]:
+            raise ValueError(
+                f"server answered {len(masks)} masks for keyword counts {counts.tolist()}"
+            )
         for i, (keyword, kind) in enumerate(queries):
             lo, hi = offsets[i], offsets[i + 1]
             frames.append(
@@ -267,30 +368,36 @@ class Sam3Client:
                     dedup,
                     keyword,
                     kind,
+                    per_query,
                 )
             )
         frames = [f for f in frames if len(f)]
-        if not frames:
-            return empty_result()
-        return pd.concat(frames, ignore_index=True)
+        frame = pd.concat(frames, ignore_index=True) if frames else empty_result()
+        frame.attrs["cache"] = status
+        return frame
 
     # -- concepts ----------------------------------------------------------------------------
     def encode_exemplars(
         self,
         image: ImageLike | PreparedImage,
-        boxes,
+        boxes=None,
         labels=None,
         name: str = "",
         bands: Sequence[int | str] | None = None,
+        exemplars=None,
     ) -> Concept:
-        """Box exemplars on this image -> a portable Concept to apply to other images."""
+        """Box exemplars on this image -> a portable Concept to apply to other images.
+
+        `exemplars`: boxes from vector data in any CRS, as for `segment`.
+        """
+        if exemplars is not None:
+            boxes, labels = _vector_exemplars(image, exemplars, boxes, labels)
         boxes = None if boxes is None else validate.boxes(boxes, "exemplar boxes")
         if boxes is None or len(boxes) == 0:
             raise ValueError("encode_exemplars needs at least one box [x1, y1, x2, y2]")
         prepared = self._as_prepared(image, bands)
-        inputs = {contract.IMAGES: prepared.images_u8}
-        inputs.update(self._exemplar_slots(prepared.letterbox, boxes, labels))
-        out = self.engine.infer(contract.CONCEPT, inputs, contract.CONCEPT_OUTPUTS)
+        inputs = self._exemplar_slots(prepared.letterbox, boxes, labels)
+        out, _ = self._features.concept(prepared, inputs)
         return Concept(
             tensors_={name_: np.asarray(out[name_]) for name_ in contract.CONCEPT_OUTPUTS},
             model_id=self.model_id,
@@ -304,8 +411,41 @@ class Sam3Client:
         """Encode the image once; then every click, box or painted mask refines a mask."""
         from .interactive import InteractiveSession
 
+        self.manifest.require_interactive()  # before any work on the image
         prepared = self._as_prepared(image, bands)
-        return InteractiveSession(self, prepared, image_id=uuid.uuid4().hex)
+        return InteractiveSession(self, prepared)
+
+    # -- the feature cache -------------------------------------------------------------------
+    def image(self, image: ImageLike | PreparedImage, bands=None) -> ImageHandle:
+        """One image, prepared once, whose methods are the prompts (segment, multi, ...).
+
+        Every prompt on an image reuses its vision features wherever the model runs; the
+        handle also says whether they are held (`cached()`) and re-filters its last result.
+        """
+        return ImageHandle(self, self._as_prepared(image, bands))
+
+    def cache_info(self) -> dict:
+        """The feature cache's statistics: `features` (entries, bytes, max_bytes, hits, misses,
+        computed, evictions, expired), `heads` (raw decoder outputs, same fields), `results`
+        (answers re-filtered here), `image_bytes` (one image's features)."""
+        return self._features.info()
+
+    def clear_cache(self) -> dict:
+        """Drop every cached image and result (here and where the model runs)."""
+        return self._features.clear()
+
+    def is_cached(self, image: ImageLike | PreparedImage, bands=None) -> bool:
+        """Whether the model holds this image's features now (a prompt would not encode it)."""
+        return self._features.held(self._as_prepared(image, bands))
+
+
+def _vector_exemplars(image, exemplars, boxes, labels):
+    """Vector exemplars on a georeferenced image -> pixel boxes (added to the given ones)."""
+    from . import vector_prompts
+
+    raster = vector_prompts.georeferenced(image)
+    found = vector_prompts.exemplar_boxes(exemplars, raster)
+    return vector_prompts.combine_boxes(boxes, labels, found)
 
 
 def _named_concepts(concepts, model_id: str) -> list[tuple[str, Concept]]:

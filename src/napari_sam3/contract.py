@@ -25,6 +25,8 @@ from typing import Any
 
 MANIFEST_FILE = "sam3_manifest.json"
 MANIFEST_VERSION = 1
+# Manifest field: False when the checkpoint had no interactive (tracker.*) weights.
+INTERACTIVE_HEAD = "interactive_head"
 # Triton config parameter that carries the manifest (JSON) on the ensembles.
 MANIFEST_PARAMETER = "sam3_manifest"
 
@@ -54,6 +56,9 @@ SEGMENT_CONCEPT = "sam3_segment_concept"
 CONCEPT = "sam3_concept"
 MULTI = "sam3_multi"
 INTERACTIVE = "sam3_interactive"
+# The one model in front of the heads that holds every image's vision features (and recent raw
+# decoder outputs); its logic is napari_sam3.triton_models.cached.
+CACHED = "sam3_cached"
 
 # -- tensor names ---------------------------------------------------------------------------
 IMAGES = "images_u8"
@@ -122,6 +127,12 @@ PVS_GRID_LABELS = "grid_labels"
 PVS_GRID_LOW_RES = "grid_low_res_masks"
 PVS_GRID_IOU = "grid_iou"
 INTERACTIVE_OUTPUTS = (PVS_IOU, PVS_LOW_RES, MASKS_RLE)
+
+# -- the `sam3_cached` model: requests name an op and carry the image's content key
+CACHE_OP = "cache_op"  # string [1]: ground, concept, interactive, encode, info, clear
+CACHE_STATUS = "cache_status"  # string [1]: hit, encoded, or miss (send images_u8 again)
+CACHE_INFO = "cache_info"  # string [1]: JSON statistics
+ENCODED_CONCEPT = ("encoded_concept_tokens", "encoded_concept_padding_mask")
 
 
 @dataclass(frozen=True)
@@ -408,6 +419,26 @@ class Manifest:
     @property
     def mask_size(self) -> int:
         return self.sizes.mask_size
+
+    @property
+    def interactive_head(self) -> bool:
+        """Whether the repository has the interactive (point/box click) head."""
+        return self.data.get(INTERACTIVE_HEAD, True) is not False and self.pvs_points is not None
+
+    def require_interactive(self) -> None:
+        """Raise the one message for an interactive call on a repository without the head."""
+        if self.data.get(INTERACTIVE_HEAD, True) is False:
+            raise ValueError(
+                f"this repository has no interactive head: its checkpoint "
+                f"({self.checkpoint or 'unnamed'}) had no tracker.* weights, so only text and "
+                "exemplar (grounding) prompts work; export a checkpoint with tracker.* weights "
+                "(Meta's release sam3.pt) for clicks and automatic masks"
+            )
+        if self.pvs_points is None:
+            raise ValueError(
+                "this repository was exported without the interactive graphs; export it again "
+                "with this napari-sam3's sam3-export"
+            )
 
     def graph_io(self, name: str) -> GraphIO:
         """The tensor specs of one graph of this repository."""

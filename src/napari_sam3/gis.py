@@ -1,4 +1,6 @@
-"""Detections -> the GIS outputs: label images, georeferenced polygons, GeoPackage / GeoJSON / GeoTIFF.
+"""Detections -> the GIS outputs: label images, georeferenced polygons, and the files analysts use:
+GeoPackage, GeoJSON, Shapefile, GeoParquet, FlatGeobuf (vectors), GeoTIFF and Cloud-Optimised
+GeoTIFF (labels). COCO instance files are written by :mod:`napari_sam3.gis_coco`.
 
 The overlay renderer lives in :mod:`napari_sam3.overlay` (``overlay_image`` and ``overlay_png``
 are re-exported here).
@@ -39,7 +41,9 @@ import rasterio
 import rasterio.crs
 import rasterio.errors
 import rasterio.features
+import rasterio.windows
 import shapely
+from rasterio.shutil import copy as rio_copy
 from rasterio.transform import Affine
 from shapely.geometry import MultiPolygon, shape
 
@@ -50,8 +54,10 @@ from .overlay import overlay_image, overlay_png
 from .raster import Raster, RasterInfo, raster_info
 
 __all__ = [
+    "FORMAT_SUFFIXES",
     "GEOPACKAGE_LAYER",
     "VECTOR_FORMATS",
+    "add_provenance",
     "masks_to_labels",
     "overlay_image",
     "overlay_png",
@@ -61,11 +67,35 @@ __all__ = [
 ]
 
 GEOPACKAGE_LAYER = "detections"
-VECTOR_FORMATS = {".gpkg": "GPKG", ".geojson": "GeoJSON"}
+# suffix -> OGR driver ("Parquet" is written by geopandas.to_parquet, as GeoParquet, with pyarrow)
+VECTOR_FORMATS = {
+    ".gpkg": "GPKG",
+    ".geojson": "GeoJSON",
+    ".shp": "ESRI Shapefile",
+    ".parquet": "Parquet",
+    ".fgb": "FlatGeobuf",
+}
+# `--format` names -> file suffixes; "cog" is a Cloud-Optimised GeoTIFF of the labels.
+FORMAT_SUFFIXES = {
+    "gpkg": ".gpkg",
+    "geojson": ".geojson",
+    "shp": ".shp",
+    "parquet": ".parquet",
+    "fgb": ".fgb",
+    "tif": ".tif",
+    "cog": ".tif",
+}
+# A Shapefile's field names hold at most 10 characters: ours get these names there.
+SHAPEFILE_FIELDS = {
+    "prompt_kind": "prompt",
+    "random_weights": "random_w",
+    "checkpoint": "checkpt",
+}
+_SHAPEFILE_SIDECARS = (".shp", ".shx", ".dbf", ".prj", ".cpg")
 _GEOTIFF_SUFFIXES = (".tif", ".tiff")
 # Columns to_geodataframe derives itself; a DataFrame column of the same name would be ambiguous.
-_COMPUTED = ("label_id", "area_px", "geometry")
-_NOT_ATTRIBUTES = {"box", "mask", "score", "keyword", "prompt_kind", "source", *_COMPUTED}
+_COMPUTED = ("label_id", "area_px", "area_m2", "geometry")
+_NOT_ATTRIBUTES = {"box", "mask", "score", "keyword", "prompt_kind", "source", "tile", *_COMPUTED}
 _SCALARS = (str, int, float, bool, np.generic, datetime.date, type(None))
 
 RasterLike = Raster | RasterInfo | str | os.PathLike
@@ -112,9 +142,12 @@ def to_geodataframe(
             before the affine transform, topology preserved.
 
     Returns:
-        Columns ``label_id`` (the id in :func:`masks_to_labels`), ``score``, ``keyword``,
-        ``prompt_kind``, ``source``, ``area_px`` (mask pixel count), every other column of ``df``
-        whose values are all scalars (e.g. ``iou``, ``tile``), and ``geometry``. The ``box`` and
+        Columns ``label_id`` (the id in :func:`masks_to_labels`), ``score``, ``keyword`` (the
+        keyword or concept name), ``prompt_kind``, ``source``, ``tile`` (the scene tile it came
+        from; -1 for a single image), ``area_px`` (mask pixel count), ``area_m2`` (square metres:
+        in the CRS's own units when they are metres, else on the local UTM zone; NaN without a
+        CRS), every other column of ``df`` whose values are all scalars (e.g. ``iou``, and the
+        ``model_id`` / ``random_weights`` of :func:`add_provenance`), and ``geometry``. The ``box`` and
         ``mask`` columns are not carried. Without a CRS the polygons are in pixel coordinates
         (x = column, y = row) and a UserWarning says so.
     """
@@ -159,7 +192,9 @@ def to_geodataframe(
         "keyword": _column(df, "keyword", object),
         "prompt_kind": _column(df, "prompt_kind", object),
         "source": sources,
+        "tile": _tiles(df),
         "area_px": areas,
+        "area_m2": _area_m2(geometry, out_crs),
     }
     for name in df.columns:
         if name not in _NOT_ATTRIBUTES and _is_scalar_column(df[name]):
@@ -167,6 +202,35 @@ def to_geodataframe(
     if out_crs is None:
         warnings.warn(_no_crs_message(raster, affine), UserWarning, stacklevel=2)
     return gpd.GeoDataFrame(columns, geometry=geometry.reset_index(drop=True), crs=out_crs)
+
+
+def add_provenance(df: pd.DataFrame, manifest: Any) -> pd.DataFrame:
+    """``df`` with the model's ``model_id``, ``random_weights`` and ``checkpoint`` as columns
+    (from a :class:`~napari_sam3.contract.Manifest` or a client), carried into every output."""
+    manifest = getattr(manifest, "manifest", manifest)
+    out = df.copy()
+    out["model_id"] = str(manifest.model_id)
+    out["random_weights"] = bool(manifest.random_weights)
+    out["checkpoint"] = manifest.checkpoint or ""
+    return out
+
+
+def _tiles(df: pd.DataFrame) -> np.ndarray:
+    if "tile" not in df.columns:
+        return np.full(len(df), -1, dtype=np.int32)
+    return pd.to_numeric(df["tile"], errors="coerce").fillna(-1).to_numpy(dtype=np.int32)
+
+
+def _area_m2(geometry: gpd.GeoSeries, crs: pyproj.CRS | None) -> np.ndarray:
+    if crs is None or not len(geometry):
+        return np.full(len(geometry), np.nan)
+    units = {a.unit_name for a in crs.axis_info}
+    if crs.is_projected and units <= {"metre", "meter"}:
+        return geometry.area.to_numpy(dtype=np.float64)
+    try:  # geographic or non-metre units: measure on the local UTM zone
+        return geometry.to_crs(geometry.estimate_utm_crs()).area.to_numpy(dtype=np.float64)
+    except (RuntimeError, ValueError, pyproj.exceptions.CRSError):
+        return np.full(len(geometry), np.nan)
 
 
 def _masks(df: pd.DataFrame, shape: tuple[int, int] | None) -> list[Mask]:
@@ -272,10 +336,15 @@ def _is_scalar_column(column: pd.Series) -> bool:
 
 
 def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Write detections to a GeoPackage (``.gpkg``) or GeoJSON (``.geojson``) file, atomically.
+    """Write detections to a vector file by its extension, atomically.
 
     - ``.gpkg``: one layer named ``"detections"`` in the GeoDataFrame's CRS. With
       ``overwrite=True`` the whole file is replaced (other layers in it are not kept).
+    - ``.shp``: an ESRI Shapefile (``.shp``, ``.shx``, ``.dbf``, ``.prj``, ``.cpg``) in the
+      GeoDataFrame's CRS; field names longer than 10 characters are renamed
+      (:data:`SHAPEFILE_FIELDS`), every sidecar is replaced together.
+    - ``.parquet``: GeoParquet (geopandas + pyarrow), CRS as PROJJSON in the file's metadata.
+    - ``.fgb``: FlatGeobuf with a spatial index, in the GeoDataFrame's CRS.
     - ``.geojson``: reprojected to EPSG:4326 (longitude, latitude), as RFC 7946 requires, with
       coordinates rounded to 7 decimals (about 1 cm). A GeoDataFrame without a CRS is written
       unprojected, with a UserWarning: readers will take its pixel coordinates for degrees.
@@ -289,8 +358,9 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool
     if suffix not in VECTOR_FORMATS:
         raise ValueError(
             f"cannot write vectors to {path.name!r}: unsupported extension "
-            f"{suffix or '(none)'}; supported: .gpkg (GeoPackage, layer {GEOPACKAGE_LAYER!r}) "
-            "and .geojson (GeoJSON in EPSG:4326)."
+            f"{suffix or '(none)'}; supported: .gpkg (GeoPackage, layer {GEOPACKAGE_LAYER!r}), "
+            ".geojson (GeoJSON in EPSG:4326), .shp (Shapefile), .parquet (GeoParquet) and "
+            ".fgb (FlatGeobuf)."
         )
     if not isinstance(gdf, gpd.GeoDataFrame):
         raise TypeError(
@@ -316,11 +386,50 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool
     if types <= {"Polygon", "MultiPolygon"}:
         options.update(geometry_type="MultiPolygon", promote_to_multi=True)
     frame = gdf.reset_index(drop=True)
+    if driver == "Parquet":
+        with atomic_path(path, overwrite) as tmp:
+            frame.to_parquet(tmp, index=False)
+        return path
+    if driver == "ESRI Shapefile":
+        return _write_shapefile(frame.rename(columns=SHAPEFILE_FIELDS), path, overwrite, options)
     with atomic_path(path, overwrite) as tmp, warnings.catch_warnings():
         # Our own warning above already covers a missing CRS.
         warnings.filterwarnings("ignore", message=".*'crs' was not provided.*")
         warnings.filterwarnings("ignore", message=".*No SRS set on layer.*")
         pyogrio.write_dataframe(frame, tmp, driver=driver, **options)
+    return path
+
+
+def _write_shapefile(
+    frame: gpd.GeoDataFrame, path: Path, overwrite: bool, options: dict[str, Any]
+) -> Path:
+    """All sidecars written in a temporary folder beside ``path``, then renamed together."""
+    import shutil
+    import tempfile
+
+    targets = [path.with_suffix(s) for s in _SHAPEFILE_SIDECARS]
+    existing = [t for t in targets if t.exists()]
+    if existing and not overwrite:
+        raise FileExistsError(f"{existing[0]} exists; choose another name or pass overwrite=True")
+    if not path.parent.exists():
+        raise FileNotFoundError(f"folder {path.parent} does not exist")
+    options = {k: v for k, v in options.items() if k != "layer"}
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*'crs' was not provided.*")
+            warnings.filterwarnings("ignore", message=".*No SRS set on layer.*")
+            pyogrio.write_dataframe(
+                frame, tmp_dir / path.name, driver="ESRI Shapefile", encoding="UTF-8", **options
+            )
+        for target in targets:
+            written = tmp_dir / target.name
+            if written.exists():
+                os.replace(written, target)
+            elif target.exists():
+                target.unlink()  # e.g. a stale .prj of an older file with a CRS
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
     return path
 
 
@@ -330,8 +439,14 @@ def write_labels_geotiff(
     raster_or_profile: RasterLike | Mapping[str, Any],
     overwrite: bool = False,
     compress: str = "deflate",
+    cog: bool = False,
 ) -> Path:
     """Write a label image as a single-band int32 GeoTIFF (nodata 0), atomically.
+
+    ``cog=True`` writes a Cloud-Optimised GeoTIFF (GDAL's COG driver: 512-pixel tiles,
+    compressed, nearest-neighbour overviews), so a web map or QGIS reads any zoom level with a
+    few range requests. The labels are written in row strips to a tiled temporary GeoTIFF, which
+    GDAL then copies into the COG layout.
 
     Args:
         labels: an integer ``(rows, cols)`` label image (e.g. :func:`masks_to_labels`; bool is
@@ -390,8 +505,30 @@ def write_labels_geotiff(
         profile.update(tiled=True, blockxsize=256, blockysize=256)
     with atomic_path(path, overwrite) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
-        with rasterio.open(tmp, "w", **profile) as dst:
-            dst.write(arr, 1)
+        if not cog:
+            with rasterio.open(tmp, "w", **profile) as dst:
+                dst.write(arr, 1)
+            return path
+        staging = tmp.with_name(tmp.name + ".staging.tif")
+        profile.update(tiled=True, blockxsize=512, blockysize=512, compress="deflate")
+        try:
+            with rasterio.open(staging, "w", **profile) as dst:
+                for r0 in range(0, rows, 512):
+                    window = rasterio.windows.Window(0, r0, cols, min(512, rows - r0))
+                    dst.write(arr[r0 : r0 + 512], 1, window=window)
+            rio_copy(
+                staging,
+                tmp,
+                driver="COG",
+                COMPRESS=compress.upper(),
+                PREDICTOR="YES",
+                BLOCKSIZE=512,
+                OVERVIEWS="AUTO",
+                RESAMPLING="NEAREST",
+                BIGTIFF="IF_SAFER",
+            )
+        finally:
+            staging.unlink(missing_ok=True)
     return path
 
 

@@ -1,7 +1,7 @@
 """Interactive segmentation: encode once, then clicks, boxes and painted masks refine a mask.
 
-The image features stay where the model runs (the server's feature cache, keyed by an image id,
-or the embedded engine's): every prompt sends only the prompt. Refinement works as SAM's
+The image features stay where the model runs (one feature cache keyed by the image's content,
+on the server or in the embedded engine): every prompt sends only the prompt. Refinement works as SAM's
 predictor: the previous best low-res logits go back in as the mask input.
 """
 
@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from . import contract
-from .masks.rle import RleMasks, decode_masks
-from .results import FrameMask
+from .masks.rle import RleMasks
+from .results import FrameMask, decode_answer
 
 SEED_MASK_LOGIT = 10.0  # a painted seed mask enters as confident logits: +10 inside, -10 outside
 
@@ -33,27 +33,27 @@ class PromptState:
 
 
 class InteractiveSession:
-    def __init__(self, client, prepared, image_id: str) -> None:
+    def __init__(self, client, prepared) -> None:
         self.client = client
         self.prepared = prepared
-        self.image_id = image_id
         self.manifest = client.manifest
-        if self.manifest.pvs_points is None:
-            raise ValueError(
-                "this repository was exported without the interactive graphs; export it again "
-                "with this napari-sam3's sam3-export"
-            )
+        self.manifest.require_interactive()
         self._history: list[tuple[PromptState, pd.DataFrame | None]] = []
         self._state = PromptState()
         self.result: pd.DataFrame | None = None
-        self.client.engine.infer(
-            contract.INTERACTIVE,
-            {contract.IMAGE_ID: self._id_tensor(), contract.IMAGES: prepared.images_u8},
-            [contract.PVS_IOU],
-        )
+        # the features of an image seen before (by any prompt) are reused; see cache.py
+        self.status = client._features.encode(prepared)
 
-    def _id_tensor(self) -> np.ndarray:
-        return np.array([self.image_id.encode()], dtype=np.object_)
+    @property
+    def image_id(self) -> str:
+        """The image's content key in the feature cache."""
+        return self.client._features.key(self.prepared)
+
+    def _request(self, inputs: dict, outputs) -> dict:
+        out, self.status = self.client._features.request(
+            self.prepared, "interactive", inputs, outputs
+        )
+        return out
 
     @property
     def letterbox(self):
@@ -66,6 +66,8 @@ class InteractiveSession:
     # -- prompts ----------------------------------------------------------------------------
     def add_point(self, xy, positive: bool = True) -> pd.DataFrame:
         """A click at (x, y) in the image's pixels; positive adds, negative removes."""
+        if not isinstance(positive, bool | np.bool_):
+            raise ValueError(f"positive must be True (add) or False (remove), got {positive!r}")
         point = np.asarray(xy, dtype=np.float64).reshape(-1)
         if point.shape != (2,) or not np.isfinite(point).all():
             raise ValueError(f"a point is (x, y) in pixels, got {xy!r}")
@@ -98,13 +100,26 @@ class InteractiveSession:
         return self._run(replace(self._state, box=tuple(float(v) for v in model_box), kind="box"))
 
     def add_mask(self, mask) -> pd.DataFrame:
-        """A painted seed mask (boolean, the image's shape) to start from or refine with."""
+        """A painted seed mask (the image's shape) to start from or refine with.
+
+        Boolean, or numbers that are all 0 or 1 (a label layer's 0/1); anything else, such as
+        probabilities, is refused rather than guessed at: threshold it first (``mask > 0.5``).
+        """
         mask = np.asarray(mask)
         if mask.shape != tuple(self.letterbox.image_shape):
             raise ValueError(
                 f"the seed mask must have the image's shape {tuple(self.letterbox.image_shape)}, "
                 f"got {mask.shape}"
             )
+        if mask.dtype != np.bool_:
+            if mask.dtype.kind not in "iuf":
+                raise ValueError(f"the seed mask must be boolean, got dtype {mask.dtype}")
+            if not np.isin(mask, (0, 1)).all():
+                raise ValueError(
+                    f"the seed mask holds values other than 0 and 1 (dtype {mask.dtype}, "
+                    f"range {np.nanmin(mask):g}..{np.nanmax(mask):g}); pass a boolean mask, "
+                    "e.g. `probabilities > 0.5` or `labels == 3`"
+                )
         mask = mask.astype(bool)
         if not mask.any():
             raise ValueError("the seed mask is empty: paint at least one pixel")
@@ -141,7 +156,6 @@ class InteractiveSession:
         if state.mask_input is not None:
             mask_input[0, 0] = state.mask_input
         return {
-            contract.IMAGE_ID: self._id_tensor(),
             contract.PVS_POINT_COORDS: coords,
             contract.PVS_POINT_LABELS: labels,
             contract.PVS_BOX: np.asarray([state.box or (0, 0, 0, 0)], np.float32),
@@ -151,12 +165,16 @@ class InteractiveSession:
         }
 
     def _run(self, state: PromptState) -> pd.DataFrame:
-        out = self.client.engine.infer(
-            contract.INTERACTIVE, self._prompt_tensors(state), contract.INTERACTIVE_OUTPUTS
-        )
+        out = self._request(self._prompt_tensors(state), contract.INTERACTIVE_OUTPUTS)
         iou = np.asarray(out[contract.PVS_IOU], np.float32).reshape(-1)
         low_res = np.asarray(out[contract.PVS_LOW_RES], np.float32)[0]  # [3, m, m]
-        masks = decode_masks(np.asarray(out[contract.MASKS_RLE], np.uint8).tobytes())
+        candidates = self.manifest.graph_io(contract.PVS_DECODER).output(contract.PVS_DECODER_MASKS)
+        masks = decode_answer(out[contract.MASKS_RLE], self.client.image_size, candidates.shape[1])
+        if len(masks) != len(iou) or len(low_res) != len(iou):
+            raise ValueError(
+                f"server answered {len(iou)} scores, {len(low_res)} low-res masks and "
+                f"{len(masks)} masks for one interactive prompt"
+            )
         order = np.argsort(-iou, kind="stable")
         frame = self._frame(masks, iou, order)
         self._history.append((self._state, self.result))
@@ -181,10 +199,8 @@ class InteractiveSession:
         from .automatic import generate_masks
 
         def decode(point_coords: np.ndarray, point_labels: np.ndarray):
-            out = self.client.engine.infer(
-                contract.INTERACTIVE,
+            out = self._request(
                 {
-                    contract.IMAGE_ID: self._id_tensor(),
                     contract.PVS_GRID_COORDS: point_coords.astype(np.float32),
                     contract.PVS_GRID_LABELS: point_labels.astype(np.float32),
                 },

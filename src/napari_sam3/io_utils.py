@@ -29,10 +29,25 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pa
         yield tmp_path
         if not overwrite and path.exists():
             raise FileExistsError(f"{path} appeared while writing; not replacing it")
+        # The data reaches the disk before the new name does, and the name before we return:
+        # a crash leaves the old file or the complete new one, never an empty one.
+        _fsync(tmp_path)
         os.replace(tmp_path, path)
+        _fsync(path.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+
+
+def _fsync(path: Path) -> None:
+    """Flush a written file (or a folder's entries) to the disk."""
+    if path.is_dir() and os.name == "nt":
+        return  # Windows cannot open a folder to flush it (NTFS journals the rename)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: Path, data: bytes, overwrite: bool = False) -> Path:

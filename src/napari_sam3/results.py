@@ -48,6 +48,17 @@ def empty_result(extra: dict | None = None) -> pd.DataFrame:
     return frame
 
 
+def decode_answer(payload: np.ndarray | bytes, size: int, max_count: int) -> RleMasks:
+    """A server's RLE payload, refused (from its header, before anything is allocated) unless
+    it holds at most `max_count` masks of the model frame `size` x `size`."""
+    return decode_masks(np.asarray(payload, dtype=np.uint8).tobytes(), (size, size), max_count)
+
+
+def max_detections(num_queries: int, max_det: int | None) -> int:
+    """The most detections one prompt can produce: the decoder's queries, or fewer by max_det."""
+    return num_queries if max_det is None else min(int(max_det), num_queries)
+
+
 def detections_frame(
     scores: np.ndarray,
     boxes: np.ndarray,
@@ -56,12 +67,29 @@ def detections_frame(
     dedup: float | None,
     keyword: str,
     prompt_kind: str,
+    max_count: int | None = None,
 ) -> pd.DataFrame:
-    """Decode the RLE payload (unless decoded already), deduplicate, map boxes back; best first."""
-    if not isinstance(masks, RleMasks):
-        masks = decode_masks(np.asarray(masks, dtype=np.uint8).tobytes())
+    """Decode the RLE payload (unless decoded already), deduplicate, map boxes back; best first.
+
+    `max_count`: the most rows the request can produce (scores, boxes and masks beyond it are a
+    wrong answer, refused before decoding).
+    """
     scores = np.asarray(scores, dtype=np.float32).reshape(-1)
     boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+    if max_count is not None and len(scores) > max_count:
+        raise ValueError(
+            f"server answered {len(scores)} detections, but this request makes at most "
+            f"{max_count}: refused (wrong or corrupt server answer)"
+        )
+    if not isinstance(masks, RleMasks):
+        masks = decode_answer(
+            masks, letterbox.size, len(scores) if max_count is None else max_count
+        )
+    elif masks.shape != (letterbox.size, letterbox.size):
+        raise ValueError(
+            f"server answered masks of {masks.shape[0]}x{masks.shape[1]}, but this model's frame "
+            f"is {letterbox.size}x{letterbox.size}"
+        )
     if len(masks) != len(scores) or len(boxes) != len(scores):
         raise ValueError(
             f"server answered {len(scores)} scores, {len(boxes)} boxes and {len(masks)} masks"

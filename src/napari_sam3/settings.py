@@ -15,6 +15,9 @@ from pathlib import Path
 CONFIG_ENV = "NAPARI_SAM3_CONFIG_DIR"
 SETTINGS_FILE = "settings.json"
 ENGINES = ("embedded", "triton")
+# the embedded engine's choices (napari_sam3.triton_models.onnx_runner: RUNTIMES, PRECISIONS)
+RUNTIMES = ("auto", "openvino", "onnxruntime")
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass
@@ -25,10 +28,26 @@ class ConnectionSettings:
     repository: str = ""  # local model repository (embedded engine)
     address: str = "localhost:8001"  # Triton gRPC address
     connect_on_start: bool = False
+    runtime: str = "auto"  # embedded engine: openvino, onnxruntime or auto
+    precision: str = "auto"  # embedded engine: fp32, bf16 or auto
+    connect_timeout: float = 10.0  # Triton: seconds to wait for a ready server
+    request_timeout: float = 600.0  # Triton: the most one request may take, seconds
+    tls: bool = False  # Triton: gRPC over TLS
+    tls_root_cert: str = ""  # Triton with TLS: the CA file to trust ("" = the system's)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        for name in ("connect_timeout", "request_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(self.tls, bool) or not isinstance(self.tls_root_cert, str):
+            raise ValueError("tls must be true or false and tls_root_cert a file name")
 
 
 def config_dir() -> Path:
@@ -67,7 +86,6 @@ def save_connection(settings: ConnectionSettings) -> Path:
         data = {}
     data["connection"] = asdict(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    from .io_utils import atomic_write_bytes
+
+    return atomic_write_bytes(path, json.dumps(data, indent=2).encode("utf-8"), overwrite=True)

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pyogrio
@@ -206,9 +207,10 @@ def test_extra_scalar_columns_are_kept_and_others_dropped(window):
         "keyword",
         "prompt_kind",
         "source",
-        "area_px",
-        "iou",
         "tile",
+        "area_px",
+        "area_m2",
+        "iou",
         "geometry",
     ]
     assert gdf["source"].tolist() == ["scene.tif", "scene.tif"]
@@ -265,7 +267,8 @@ def test_empty_result_gives_empty_frame_with_columns_and_crs(window, tmp_path):
     gdf = gis.to_geodataframe(empty, window)
     assert len(gdf) == 0
     assert gdf.crs.to_epsg() == 32633
-    expected = ["label_id", "score", "keyword", "prompt_kind", "source", "area_px", "iou"]
+    expected = ["label_id", "score", "keyword", "prompt_kind", "source", "tile", "area_px"]
+    expected += ["area_m2", "iou"]
     assert list(gdf.columns) == [*expected, "geometry"]
     gis.write_vector(gdf, tmp_path / "none.gpkg")
     info = pyogrio.read_info(tmp_path / "none.gpkg", layer="detections")
@@ -360,8 +363,8 @@ def test_geojson_is_written_in_wgs84(window, tmp_path):
 
 def test_unknown_extensions_are_refused(window, tmp_path):
     gdf = gis.to_geodataframe(_frame([_square(10, 30, 40, 70)]), window)
-    with pytest.raises(ValueError, match=r"\.shp.*supported: \.gpkg.*\.geojson"):
-        gis.write_vector(gdf, tmp_path / "detections.shp")
+    with pytest.raises(ValueError, match=r"\.kml.*supported: \.gpkg.*\.geojson.*\.fgb"):
+        gis.write_vector(gdf, tmp_path / "detections.kml")
     with pytest.raises(ValueError, match=r"\.tif or \.tiff"):
         gis.write_labels_geotiff(np.zeros((ROWS, COLS), np.int32), tmp_path / "l.png", window)
     with pytest.raises(ValueError, match=r"\.png"):
@@ -381,6 +384,9 @@ def _writers(window):
         "out.geojson": lambda p, **kw: gis.write_vector(gdf, p, **kw),
         "out.tif": lambda p, **kw: gis.write_labels_geotiff(df, p, window, **kw),
         "out.png": lambda p, **kw: gis.overlay_png(rgb, df, p, **kw),
+        "out.parquet": lambda p, **kw: gis.write_vector(gdf, p, **kw),
+        "out.fgb": lambda p, **kw: gis.write_vector(gdf, p, **kw),
+        "cog.tif": lambda p, **kw: gis.write_labels_geotiff(df, p, window, cog=True, **kw),
     }
 
 
@@ -393,7 +399,7 @@ def test_existing_outputs_are_refused_unless_overwrite(window, tmp_path):
         assert target.read_bytes() == b"precious"
         write(target, overwrite=True)
         assert target.read_bytes() != b"precious" and target.stat().st_size > 100
-    assert _listing(tmp_path) == ["out.geojson", "out.gpkg", "out.png", "out.tif"]
+    assert _listing(tmp_path) == sorted(_writers(window))
 
 
 def _half_write_then_fail(path_argument_index: int):
@@ -407,6 +413,7 @@ def _half_write_then_fail(path_argument_index: int):
 def test_a_failing_write_leaves_nothing_behind(window, tmp_path, monkeypatch):
     monkeypatch.setattr(pyogrio, "write_dataframe", _half_write_then_fail(1))
     monkeypatch.setattr(Image.Image, "save", _half_write_then_fail(1))
+    monkeypatch.setattr(gpd.GeoDataFrame, "to_parquet", _half_write_then_fail(1))
 
     def failing_band_write(self, *args, **kwargs):
         raise RuntimeError("disk full (simulated)")

@@ -18,7 +18,7 @@ def test_manifest_is_valid_and_imports():
     manifest.validate_imports()
     assert manifest.name == "napari-sam3"
     widgets = {w.display_name for w in manifest.contributions.widgets}
-    assert widgets == {"Connection", "Segment", "Multi-keyword", "Concepts", "Interactive", "Scene"}
+    assert widgets == {"SAM3", "Results"}
     (reader,) = manifest.contributions.readers
     assert reader.command == "napari-sam3.get_reader"
     for name in ("T33UUU_B04.jp2", "scene.tif", "scene.tiff"):

@@ -48,7 +48,7 @@ def test_text_prompt_makes_a_labels_layer(s2_viewer, connected, s2_rgb_files, ui
     assert len(frame) >= 1
     np.testing.assert_array_equal(layer.data, labels)
     features = layer.features
-    assert list(features.columns) == ["index", "score", "keyword", "prompt_kind"]
+    assert list(features.columns) == ["index", "score", "keyword", "prompt_kind", "area", "source"]
     assert features["index"].tolist() == list(range(1, len(frame) + 1))
     np.testing.assert_allclose(features["score"], frame["score"], rtol=1e-6)
     assert set(features["keyword"]) == {"building"} and set(features["prompt_kind"]) == {"text"}

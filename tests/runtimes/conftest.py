@@ -63,13 +63,13 @@ def bf16_repository(tiny_repository, tmp_path_factory) -> tuple[Path, dict]:
     graphs round every float tensor to bf16 (sam3_export.bf16_emulation), run in ONNX Runtime."""
     if NATIVE_BF16:
         return tiny_repository, {"runtime": "openvino", "precision": "bf16"}
-    from sam3_export.bf16_emulation import emulate_bf16
-
     import onnx
+
+    from sam3_export.bf16_emulation import emulate_bf16
 
     out = tmp_path_factory.mktemp("bf16_emulated") / "repository"
     shutil.copytree(tiny_repository, out)
     for graph in (*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS):
         path = contract.graph_path(out, graph)
         onnx.save(emulate_bf16(onnx.load(str(path)), scope="all"), str(path))
-    return out, {}
+    return out, {"runtime": "onnxruntime", "precision": "fp32"}

@@ -102,7 +102,9 @@ def test_the_openvino_cache_is_used_and_never_stale(tiny_repository, graph_feeds
     onnx.save(model, str(copy))
     changed = R.make_runner(copy, "openvino", "fp32", cache_dir=cache).run(feed)
     expected = R.make_runner(copy, "onnxruntime", "fp32").run(feed)
-    assert relative_difference(expected[contract.TEXT_FEATURES], first[contract.TEXT_FEATURES]) > 0.01
+    assert (
+        relative_difference(expected[contract.TEXT_FEATURES], first[contract.TEXT_FEATURES]) > 0.01
+    )
     assert (
         relative_difference(expected[contract.TEXT_FEATURES], changed[contract.TEXT_FEATURES])
         <= FP32_BOUND

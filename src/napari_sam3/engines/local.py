@@ -1,4 +1,4 @@
-"""The embedded engine: a model repository run in-process with ONNX Runtime.
+"""The embedded engine: a model repository run in-process (OpenVINO or ONNX Runtime).
 
 It runs the SAME repository a Triton server would: every ONNX graph, every ensemble's steps in
 the order their tensors become available, and the Python models' logic (the modules under
@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,9 +20,24 @@ from .model_config import ModelConfig, load_model_configs
 
 
 class LocalEngine:
-    """In-process ONNX Runtime over a model repository written by `sam3-export`."""
+    """In-process runner of a model repository written by `sam3-export`.
 
-    def __init__(self, repository: str | Path, threads: int = 0) -> None:
+    `runtime` ("openvino", "onnxruntime" or "auto") and `precision` ("fp32", "bf16" or "auto")
+    choose how its ONNX graphs run (`triton_models.onnx_runner.choose`); `choices` says, per
+    graph, what was picked and why.
+    """
+
+    def __init__(
+        self,
+        repository: str | Path,
+        threads: int = 0,
+        model_parameters: Mapping[str, Mapping[str, object]] | None = None,
+        runtime: str = "auto",
+        precision: str = "auto",
+    ) -> None:
+        from ..triton_models import onnx_runner
+
+        onnx_runner.check_choice(runtime, precision)
         self.repository = Path(repository)
         if not self.repository.is_dir():
             raise FileNotFoundError(
@@ -32,6 +48,20 @@ class LocalEngine:
         if not self.configs:
             raise ValueError(f"{self.repository} holds no models (no */config.pbtxt)")
         self.threads = threads
+        self.runtime, self.precision = runtime, precision
+        # decided now, so that an impossible choice (bf16 on a CPU without it) fails at once
+        self.choices = {
+            name: onnx_runner.choose(name, runtime, precision)
+            for name, config in self.configs.items()
+            if _is_graph(config)
+        }
+        # per-model overrides of config parameters, e.g. {"sam3_cached": {"cache_bytes": 1e9}}
+        self.model_parameters = {
+            model: {k: str(v) for k, v in params.items()}
+            for model, params in (model_parameters or {}).items()
+        }
+        # executions per model, as Triton's statistics count them (execution_count)
+        self.executions: Counter[str] = Counter()
         self._runners: dict[str, object] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -39,6 +69,20 @@ class LocalEngine:
     @property
     def address(self) -> str:
         return f"local:{self.repository}"
+
+    def runtime_summary(self, reasons: bool = False) -> str:
+        """What runs the graphs: 'openvino/bf16', or the most common choice and the exceptions
+        ('openvino/bf16; sam3_decoder openvino/fp32'); with `reasons`, why each was picked."""
+        if not self.choices:
+            return "no ONNX graphs"
+        common, _ = Counter(str(c) for c in self.choices.values()).most_common(1)[0]
+        parts = [common]
+        parts += [f"{g} {c}" for g, c in sorted(self.choices.items()) if str(c) != common]
+        text = "; ".join(parts)
+        if reasons:
+            why = sorted({c.reason for c in self.choices.values()})
+            text += " (" + " | ".join(why) + ")"
+        return text
 
     def config(self, model_name: str) -> ModelConfig:
         try:
@@ -66,11 +110,22 @@ class LocalEngine:
             outputs = self._run_ensemble(config, inputs)
         else:
             outputs = self._runner(config).run(inputs, self._call)
+            with self._lock:
+                self.executions[model_name] += 1
         wanted = list(output_names) if output_names else [o.name for o in config.outputs]
-        unknown = [n for n in wanted if n not in outputs]
+        declared = {o.name for o in config.outputs} | set(outputs)
+        unknown = [n for n in wanted if n not in declared]
         if unknown:
             raise ValueError(f"{model_name} has no output(s) {', '.join(unknown)}")
-        return {name: outputs[name] for name in wanted}
+        # as over gRPC, an output the model did not answer is absent
+        return {name: outputs[name] for name in wanted if name in outputs}
+
+    def statistics(self, model_name: str) -> dict:
+        """Execution counts in the shape of Triton's `get_inference_statistics(as_json=True)`."""
+        self.config(model_name)
+        with self._lock:
+            count = self.executions[model_name]
+        return {"model_stats": [{"name": model_name, "execution_count": str(count)}]}
 
     def _call(self, model_name: str, inputs: dict, output_names: Sequence[str]) -> dict:
         return self.infer(model_name, inputs, output_names)
@@ -132,14 +187,14 @@ class LocalEngine:
 
     def _make_runner(self, config: ModelConfig):
         version_dir = self.repository / config.name / "1"
-        parameters = dict(config.parameters)
-        if config.platform == "onnxruntime_onnx" or (
-            config.backend == "python" and parameters.get("logic_module") == "onnx_runner"
-        ):
+        parameters = {**config.parameters, **self.model_parameters.get(config.name, {})}
+        if _is_graph(config):
             from ..triton_models import onnx_runner
 
             if self.threads:
                 parameters["intra_op_threads"] = str(self.threads)
+            choice = self.choices[config.name]
+            parameters.update(runtime=choice.runtime, precision=choice.precision)
             return onnx_runner.Logic(str(version_dir), parameters)
         module_name = parameters.get("logic_module")
         if config.backend != "python" or not module_name:
@@ -155,3 +210,12 @@ class LocalEngine:
                 stacklevel=3,
             )
         return module.Logic(str(version_dir), parameters)
+
+
+def _is_graph(config: ModelConfig) -> bool:
+    """An ONNX graph (served by Triton's ONNX Runtime or OpenVINO backend, or our runner)."""
+    return (
+        config.platform == "onnxruntime_onnx"
+        or config.backend == "openvino"
+        or (config.backend == "python" and config.parameters.get("logic_module") == "onnx_runner")
+    )

@@ -53,9 +53,17 @@ def encode_masks(masks: np.ndarray) -> bytes:
     return _pack(runs, counts, n, h, w)
 
 
-def decode_masks(payload: bytes | bytearray | memoryview) -> RleMasks:
-    """Parse and validate a payload written by :func:`encode_masks`; nothing is densified."""
-    runs, counts, n, h, w = _unpack(payload)
+def decode_masks(
+    payload: bytes | bytearray | memoryview,
+    shape: tuple[int, int] | None = None,
+    max_count: int | None = None,
+) -> RleMasks:
+    """Parse and validate a payload written by :func:`encode_masks`; nothing is densified.
+
+    ``shape`` (H, W) and ``max_count``: what the request can produce (a payload from a server is
+    checked against them from its header, before its body is read).
+    """
+    runs, counts, n, h, w = _unpack(payload, shape, max_count)
     return RleMasks._from_runs(runs, counts, (h, w))
 
 
@@ -563,6 +571,8 @@ def _pack(runs: np.ndarray, counts: np.ndarray, n: int, h: int, w: int) -> bytes
 
 def _unpack(
     payload: bytes | bytearray | memoryview,
+    shape: tuple[int, int] | None = None,
+    max_count: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     if not isinstance(payload, bytes | bytearray | memoryview):
         raise ValueError(f"payload must be bytes, got {type(payload).__name__}")
@@ -578,6 +588,16 @@ def _unpack(
         )
     if flags != 0 or reserved != 0:
         raise ValueError(f"RLE header has unknown flags {flags:#x} / reserved {reserved:#x}")
+    if shape is not None and (h, w) != (int(shape[0]), int(shape[1])):
+        raise ValueError(
+            f"RLE payload claims masks of {h}x{w}, but this request makes "
+            f"{int(shape[0])}x{int(shape[1])} masks: refused (wrong or corrupt server answer)"
+        )
+    if max_count is not None and n > max_count:
+        raise ValueError(
+            f"RLE payload claims {n} masks, but this request makes at most {max_count}: "
+            "refused (wrong or corrupt server answer)"
+        )
     if len(buf) != HEADER_SIZE + body_len:
         what = "truncated" if len(buf) < HEADER_SIZE + body_len else "has trailing bytes"
         raise ValueError(

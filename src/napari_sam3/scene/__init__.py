@@ -8,7 +8,7 @@ larger than S is downsampled). All keywords of a tile share one vision pass (``c
 
 Every detection is mapped to scene pixels and kept as a :class:`SceneMask`: the run-length code
 of its bounding-box crop plus the crop's offset, never a dense scene-sized array. Memory thus
-grows with the tiles in flight (two: one being read while the model runs on the other) and the
+grows with the tiles in flight (``in_flight`` model requests plus two read ahead) and the
 detections' own size, not with the scene; GDAL's block cache is capped at ``GDAL_CACHE_BYTES``
 while the scene is read.
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from .masks import SceneMask
 from .output import scene_geodataframe, scene_labels, write_scene
-from .run import PHASES, SCENE_COLUMNS, segment_scene
+from .run import PHASES, SCENE_COLUMNS, default_in_flight, segment_scene
 from .tiles import GDAL_CACHE_BYTES, Tile, tile_grid
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "PHASES",
     "SCENE_COLUMNS",
     "SceneMask",
+    "default_in_flight",
     "Tile",
     "scene_geodataframe",
     "scene_labels",

@@ -142,26 +142,35 @@ def write_scene(
     raster: PathLike | Sequence[PathLike] | RasterInfo | None = None,
     overwrite: bool = False,
     simplify: float = 0.0,
+    cog: bool = False,
+    postprocess=None,
 ) -> Path:
     """Write a :func:`segment_scene` result, atomically, by the file's extension.
 
-    ``.gpkg`` / ``.geojson``: polygons (:func:`scene_geodataframe`, then
+    ``.gpkg`` / ``.geojson`` / ``.shp`` / ``.parquet`` / ``.fgb``: polygons (:func:`scene_geodataframe`, then
     :func:`~napari_sam3.gis.write_vector`). ``.tif`` / ``.tiff``: an int32 label GeoTIFF on the
     source's grid (:func:`scene_labels`, then :func:`~napari_sam3.gis.write_labels_geotiff`;
-    the label image takes rows x cols x 4 bytes). An existing file is refused unless
-    ``overwrite``.
+    the label image takes rows x cols x 4 bytes; ``cog``: a Cloud-Optimised GeoTIFF). An
+    existing file is refused unless ``overwrite``. ``postprocess``: a
+    :class:`~napari_sam3.gis_post.PostProcess` applied to the polygons (vector formats only).
     """
     from ..gis import VECTOR_FORMATS, write_labels_geotiff, write_vector
 
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in VECTOR_FORMATS:
-        return write_vector(scene_geodataframe(df, raster, simplify), path, overwrite=overwrite)
+        gdf = scene_geodataframe(df, raster, simplify)
+        if postprocess is not None:
+            from ..gis_post import postprocess as apply
+
+            gdf = apply(gdf, postprocess)
+        return write_vector(gdf, path, overwrite=overwrite)
     if suffix in (".tif", ".tiff"):
         info = _scene_info(df, raster)
         labels = scene_labels(df, (info.rows, info.cols))
         with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
-            return write_labels_geotiff(labels, path, info, overwrite=overwrite)
+            return write_labels_geotiff(labels, path, info, overwrite=overwrite, cog=cog)
     raise ValueError(
-        f"cannot write {path.name!r}: use .gpkg or .geojson (polygons) or .tif (label raster)"
+        f"cannot write {path.name!r}: use {', '.join(VECTOR_FORMATS)} (polygons) or .tif "
+        "(label raster)"
     )

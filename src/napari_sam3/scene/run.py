@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from .masks import SceneMask
 from .merge import Detection, dedup_across_tiles, merge_seams
 from .tiles import GDAL_CACHE_BYTES, Tile, nodata_pixels, tile_grid
 
-__all__ = ["PHASES", "SCENE_COLUMNS", "segment_scene"]
+__all__ = ["PHASES", "SCENE_COLUMNS", "default_in_flight", "segment_scene"]
 
 PathLike = str | os.PathLike
 Source = PathLike | Sequence[PathLike]
@@ -32,7 +34,9 @@ ConceptLike = Concept | PathLike
 Progress = bool | Callable[[int, int], Any] | None
 
 SCENE_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind", "tile", "merged", "source"]
-PHASES = ("read", "stretch", "model", "merge")
+PHASES = ("read", "stretch", "model", "wait", "merge")
+# Tiles read and stretched ahead of the model (each one tile of image in memory).
+_READ_AHEAD = 2
 
 
 @dataclass
@@ -76,6 +80,7 @@ def segment_scene(
     dedup: float | None = 0.85,
     seam_iou: float = 0.5,
     progress: Progress = True,
+    in_flight: int | None = None,
 ) -> pd.DataFrame:
     """Segment a whole raster tile by tile; one row per object, in scene pixels.
 
@@ -97,6 +102,9 @@ def segment_scene(
         seam_iou: how well two pieces must agree where their tiles overlap to be joined.
         progress: True for a tqdm bar, False/None for none, or ``callable(done, total)`` called
             after every tile (e.g. to drive napari's progress, or to cancel by raising).
+        in_flight: model requests running at once (tiles read ahead: 2 more); default
+            :func:`default_in_flight` (a server pool's capacity, 1 for the embedded engine). The
+            detections do not depend on it: results are merged in tile order.
 
     Returns:
         Columns ``box`` (float32 x1, y1, x2, y2 in scene pixels), ``score``, ``mask``
@@ -105,7 +113,8 @@ def segment_scene(
         best score first. ``df.attrs`` holds ``scene`` (shape, CRS, transform), ``tiles``,
         ``skipped_tiles`` (all nodata) and ``timings`` (seconds per phase: read, stretch
         (the scene's statistics, ``scene_stats``, and every tile's stretch and letterbox),
-        model, merge; and wall).
+        model (seconds the requests took, summed over the requests in flight), wait (this
+        thread waiting for the model), merge; wall; and ``peak_in_flight``).
     """
     wall0 = time.perf_counter()
     query = _query(client, prompt, keywords, concept, score_thr, mask_thr, max_det, dedup)
@@ -116,10 +125,12 @@ def segment_scene(
     overlap = size // 8 if overlap is None else overlap
     tiles = tile_grid(info.rows, info.cols, int(size), overlap)
     timings = dict.fromkeys(PHASES, 0.0)
+    in_flight = default_in_flight(client) if in_flight is None else in_flight
+    in_flight = validate.positive_int("in_flight", in_flight, 256)
 
     with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
         detections, skipped = _run_tiles(
-            client, source, info, tiles, query, bands, stats, nodata, progress, timings
+            client, source, info, tiles, query, bands, stats, nodata, progress, timings, in_flight
         )
 
     t0 = time.perf_counter()
@@ -143,6 +154,13 @@ def segment_scene(
     return frame
 
 
+def default_in_flight(client: Any) -> int:
+    """Requests in flight by default: what the engine says it serves at once (a server pool: its
+    servers' instances, plus one queued each), else 1 (the embedded engine runs one at a time)."""
+    concurrency = getattr(getattr(client, "engine", None), "concurrency", None)
+    return max(1, int(concurrency())) if callable(concurrency) else 1
+
+
 def _run_tiles(
     client: Any,
     source: Source,
@@ -154,8 +172,15 @@ def _run_tiles(
     nodata: float | None,
     progress: Progress,
     timings: dict[str, float],
+    in_flight: int,
 ) -> tuple[list[Detection], int]:
-    """Every tile through the model, one read ahead: (detections in scene pixels, tiles skipped)."""
+    """Every tile through the model: (detections in scene pixels, tiles skipped).
+
+    Three stages: one thread reads and stretches tiles in order (at most ``_READ_AHEAD`` ready
+    before the model takes them); ``in_flight`` threads run the model; this thread collects the
+    results **in tile order**, so the detections are exactly the serial run's. At most
+    ``in_flight + _READ_AHEAD + 1`` tiles are held at once.
+    """
     t0 = time.perf_counter()
     if stats is None and info.dtype != np.uint8:
         stats = scene_stretch(source, bands=bands, nodata=nodata)
@@ -175,29 +200,73 @@ def _run_tiles(
         prepared = client.prepare(rgb)
         return prepared, invalid, t1 - t0, time.perf_counter() - t1
 
+    def infer(prepared: Any) -> tuple[list[pd.DataFrame], float]:
+        t0 = time.perf_counter()
+        return query.run(client, prepared), time.perf_counter() - t0
+
     report = _progress(progress, len(tiles), _source_name(info.path))
     detections: list[Detection] = []
     skipped = 0
+    loads: deque[Future] = deque()
+    running: deque[tuple[Tile, np.ndarray | None, Future | None]] = deque()
+    stats_lock = threading.Lock()
+    timings["peak_in_flight"] = 0
     try:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(load, tiles[0])
-            for k, tile in enumerate(tiles):
-                prepared, invalid, t_read, t_stretch = pending.result()
-                if k + 1 < len(tiles):
-                    pending = pool.submit(load, tiles[k + 1])
-                timings["read"] += t_read
-                timings["stretch"] += t_stretch
-                if prepared is None:
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="sam3-read") as reader,
+            ThreadPoolExecutor(in_flight, thread_name_prefix="sam3-infer") as model,
+        ):
+            upcoming = iter(tiles)
+            done = 0
+
+            def read_ahead() -> None:
+                while len(loads) < _READ_AHEAD:
+                    tile = next(upcoming, None)
+                    if tile is None:
+                        return
+                    loads.append((tile, reader.submit(load, tile)))
+
+            read_ahead()
+            while loads or running:
+                # Fill the model's slots with tiles as they are read.
+                while (
+                    loads
+                    and sum(f is not None for _, _, f in running) < in_flight
+                    and len(running) < in_flight + _READ_AHEAD
+                ):
+                    tile, future = loads.popleft()
+                    prepared, invalid, t_read, t_stretch = future.result()
+                    read_ahead()
+                    with stats_lock:
+                        timings["read"] += t_read
+                        timings["stretch"] += t_stretch
+                    job = None if prepared is None else model.submit(infer, prepared)
+                    running.append((tile, None if job is None else invalid, job))
+                    busy = sum(f is not None for _, _, f in running)
+                    timings["peak_in_flight"] = max(timings["peak_in_flight"], busy)
+                    if running[0][2] is None or running[0][2].done():
+                        break
+                tile, invalid, job = running.popleft()
+                if job is None:
                     skipped += 1
                 else:
                     t0 = time.perf_counter()
-                    frames = query.run(client, prepared)
+                    frames, seconds = job.result()
                     t1 = time.perf_counter()
                     for frame in frames:
                         detections += _tile_detections(frame, tile, invalid, info)
-                    timings["model"] += t1 - t0
+                    timings["wait"] += t1 - t0
+                    timings["model"] += seconds
                     timings["merge"] += time.perf_counter() - t1
-                report(k + 1)
+                done += 1
+                report(done)
+    except BaseException:
+        for _, future in loads:
+            future.cancel()
+        for _, _, job in running:
+            if job is not None:
+                job.cancel()
+        raise
     finally:
         report(None)
 

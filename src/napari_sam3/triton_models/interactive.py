@@ -1,65 +1,27 @@
 """`sam3_interactive`: encode an image once, then answer prompts against its cached features.
 
-The interactive neck's features of recent images are kept in memory, keyed by the client's image
-id (least recently used first out, at most `cache_size` images, each dropped `cache_ttl_s` seconds
-after its last use). A request carrying `images_u8` (re)encodes; a request carrying prompts decodes
+Kept for clients that address it directly; `Sam3Client` uses `sam3_cached`, which shares ONE
+cache between grounding and interactive prompts. The interactive neck's features of recent images
+are kept in the same `ByteLRU`, keyed by the client's image id (least recently used first out,
+at most `cache_bytes`, each dropped `cache_ttl_s` seconds after its last use). A request carrying `images_u8` (re)encodes; a request carrying prompts decodes
 against the cached features, so only the prompt travels per click. Unknown or expired ids are a
 clear error telling the client to send the image again.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-
 import numpy as np
 
 try:  # inside the napari_sam3 package
     from .. import contract
     from ..masks.rle import encode_masks
+    from .cached import ByteLRU
     from .postprocess import upsample_threshold
 except ImportError:  # the copies beside the Triton model
     import contract
+    from cached import ByteLRU
     from postprocess import upsample_threshold
     from rle import encode_masks
-
-
-class FeatureCache:
-    def __init__(self, size: int, ttl_s: float) -> None:
-        self.size, self.ttl_s = size, ttl_s
-        self._items: OrderedDict[str, tuple[float, dict]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _expire(self, now: float) -> None:
-        for key in [k for k, (t, _) in self._items.items() if now - t > self.ttl_s]:
-            del self._items[key]
-
-    def put(self, key: str, features: dict) -> None:
-        with self._lock:
-            now = time.monotonic()
-            self._expire(now)
-            self._items[key] = (now, features)
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def get(self, key: str) -> dict:
-        with self._lock:
-            now = time.monotonic()
-            self._expire(now)
-            if key not in self._items:
-                raise ValueError(
-                    f"image id {key!r} is not (or no longer) cached: send images_u8 again "
-                    "(features expire after inactivity or when newer images push them out)"
-                )
-            _, features = self._items[key]
-            self._items[key] = (now, features)
-            self._items.move_to_end(key)
-            return features
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def _image_id(inputs: dict) -> str:
@@ -79,8 +41,9 @@ class Logic:
     def __init__(self, model_dir: str, parameters: dict) -> None:
         self.image_size = int(parameters["image_size"])
         self.grid_batch = int(parameters["grid_batch"])
-        self.cache = FeatureCache(
-            int(parameters.get("cache_size", "8")), float(parameters.get("cache_ttl_s", "900"))
+        self.cache = ByteLRU(
+            int(parameters.get("cache_bytes", str(2**30))),
+            float(parameters.get("cache_ttl_s", "900")),
         )
 
     def run(self, inputs: dict, call) -> dict:
@@ -98,10 +61,19 @@ class Logic:
             )
             self.cache.put(key, features)
         if contract.PVS_POINT_COORDS in inputs:
-            out.update(self._click(self.cache.get(key), inputs, call))
+            out.update(self._click(self._held(key), inputs, call))
         if contract.PVS_GRID_COORDS in inputs:
-            out.update(self._grid(self.cache.get(key), inputs, call))
+            out.update(self._grid(self._held(key), inputs, call))
         return out
+
+    def _held(self, key: str) -> dict:
+        features = self.cache.get(key)
+        if features is None:
+            raise ValueError(
+                f"image id {key!r} is not (or no longer) cached: send images_u8 again "
+                "(features expire after inactivity or when newer images push them out)"
+            )
+        return features
 
     def _click(self, features: dict, inputs: dict, call) -> dict:
         names = contract.PVS_PROMPTS

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 try:  # inside the napari_sam3 package
-    from ..masks.rle import encode_masks
+    from ..masks.rle import RleMask, RleMasks
 except ImportError:  # the copy beside the Triton model
-    from rle import encode_masks
+    from rle import RleMask, RleMasks
 
 DEFAULT_SCORE_THR = 0.5
 DEFAULT_MASK_THR = 0.5
@@ -52,8 +52,9 @@ def upsample_logits(
     return tall[:, :, lo] * (1.0 - f) + tall[:, :, hi] * f
 
 
-def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
-    """bool [N, size, size]: upsampled logits > cut, computed only where it can be true.
+def threshold_crops(logits: np.ndarray, size: int, cut: float):
+    """For each of the [N, m, m] low-res logits, (row, col, bool crop) of its upsampled mask
+    (bilinear to [size, size]) > cut, computed only where it can be true; None where empty.
 
     A bilinear value is a convex mix of its neighbouring low-res samples, so outside the
     low-res pixels above `cut` (grown by one) it cannot exceed `cut`: exact, and far cheaper
@@ -61,21 +62,50 @@ def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
     """
     logits = np.asarray(logits, dtype=np.float32)
     n, h, w = logits.shape
-    out = np.zeros((n, size, size), dtype=bool)
     row_lo, row_hi, row_f = axis_weights(h, size)
     col_lo, col_hi, col_f = axis_weights(w, size)
     above = logits > cut
-    for i in np.flatnonzero(above.reshape(n, h * w).any(axis=1)):
+    busy = above.reshape(n, h * w).any(axis=1)
+    crops = []
+    for i in range(n):
+        if not busy[i]:
+            crops.append(None)
+            continue
         rows = np.flatnonzero(above[i].any(axis=1))
         cols = np.flatnonzero(above[i].any(axis=0))
         r = np.flatnonzero((row_hi >= rows[0]) & (row_lo <= rows[-1]))
         c = np.flatnonzero((col_hi >= cols[0]) & (col_lo <= cols[-1]))
+        # only the low-res columns the crop reads
+        c0, c1 = int(col_lo[c[0]]), int(col_hi[c[-1]]) + 1
+        window = logits[i, :, c0:c1]
         f = row_f[r][:, None]
-        tall = logits[i, row_lo[r], :] * (1.0 - f) + logits[i, row_hi[r], :] * f
+        tall = window[row_lo[r]] * (1.0 - f) + window[row_hi[r]] * f
         g = col_f[c]
-        values = tall[:, col_lo[c]] * (1.0 - g) + tall[:, col_hi[c]] * g
-        out[i, r[0] : r[-1] + 1, c[0] : c[-1] + 1] = values > cut
+        values = tall[:, col_lo[c] - c0] * (1.0 - g) + tall[:, col_hi[c] - c0] * g
+        crops.append((int(r[0]), int(c[0]), values > cut))
+    return crops
+
+
+def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
+    """bool [N, size, size]: upsampled logits > cut (see `threshold_crops`)."""
+    crops = threshold_crops(logits, size, cut)
+    out = np.zeros((len(crops), size, size), dtype=bool)
+    for i, crop in enumerate(crops):
+        if crop is not None:
+            row, col, pixels = crop
+            out[i, row : row + pixels.shape[0], col : col + pixels.shape[1]] = pixels
     return out
+
+
+def encode_thresholded(logits: np.ndarray, size: int, cut: float) -> bytes:
+    """The RLE payload of `upsample_threshold(logits, size, cut)`, encoded from each mask's crop:
+    no [N, size, size] array (200 full-size masks: 203 MB) is made or scanned."""
+    empty = np.zeros((0, 0), bool)
+    masks = [
+        RleMask.from_crop(*((crop[2], crop[0], crop[1]) if crop else (empty, 0, 0)), (size, size))
+        for crop in threshold_crops(logits, size, cut)
+    ]
+    return RleMasks.stack(masks, (size, size)).to_bytes()
 
 
 def _scalar(inputs: dict, name: str, default, kind):
@@ -114,8 +144,8 @@ def postprocess(
     low_res = np.asarray(pred_masks, dtype=np.float32).reshape(len(logits), *pred_masks.shape[-2:])
     # Compare logits with logit(mask_thr): same as sigmoid(upsampled) > mask_thr, without exp.
     cut = np.float32(np.log(mask_thr) - np.log1p(-mask_thr))
-    masks = upsample_threshold(low_res[order], image_size, cut)
-    return scores[order].astype(np.float32), boxes.astype(np.float32), encode_masks(masks)
+    payload = encode_thresholded(low_res[order], image_size, cut)
+    return scores[order].astype(np.float32), boxes.astype(np.float32), payload
 
 
 class Logic:

@@ -60,8 +60,11 @@ class TritonPythonModel:
                     inputs[name] = tensor.as_numpy()
             try:
                 outputs = self.logic.run(inputs, _bls_call)
+                # a model may answer a subset (sam3_cached answers a miss with its status only)
                 tensors = [
-                    pb_utils.Tensor(n, np.ascontiguousarray(outputs[n])) for n in self.output_names
+                    pb_utils.Tensor(n, np.ascontiguousarray(outputs[n]))
+                    for n in self.output_names
+                    if n in outputs
                 ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except Exception as error:  # noqa: BLE001 - a bad request must not stop the server

@@ -8,14 +8,20 @@ from .concepts import ConceptsWidget
 from .connection import ConnectionWidget
 from .interactive import InteractiveWidget
 from .multi import MultiKeywordWidget
+from .panel import Sam3Panel
+from .results_table import ResultsTable
 from .scene import SceneWidget
 from .segment import SegmentWidget
+from .text import TextWidget
 
 __all__ = [
     "ConceptsWidget",
     "ConnectionWidget",
     "InteractiveWidget",
     "MultiKeywordWidget",
+    "ResultsTable",
+    "Sam3Panel",
     "SceneWidget",
     "SegmentWidget",
+    "TextWidget",
 ]

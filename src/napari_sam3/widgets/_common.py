@@ -16,6 +16,8 @@ from typing import Any
 from magicgui.widgets import ComboBox, Container, Label, ProgressBar, PushButton
 from psygnal import Signal
 
+# A worker's status line, said once its call has returned.
+PAST = {"encoding the image": "image encoded"}
 NOT_CONNECTED = "Not connected: open Plugins > SAM3 for geospatial imagery > Connection."
 
 
@@ -108,6 +110,7 @@ class Job:
         self.owner = owner
         self.worker = None
         self.what = ""
+        self.note = ""  # the last line the worker yielded (e.g. "features cached")
         self._cancelled = False
 
     @property
@@ -118,14 +121,19 @@ class Job:
         """Run `func(*args, **kw)` in a worker; `done(result)` runs on the GUI thread and may
         return the status line to show.
 
-        `func` may be a generator yielding `(done, total)` to drive the progress bar.
+        `func` may be a generator yielding `(done, total)` to drive the progress bar (and the
+        run's entry in napari's activity dock, a `napari.utils.progress`).
         """
         from napari.qt.threading import create_worker
+        from napari.utils import progress
 
         if self.running:
             raise RuntimeError(f"{self.what} is still running: wait for it or press Cancel")
         self.what = what
+        self.note = ""
         self._cancelled = False
+        self._close_activity()
+        self.activity = progress(total=0, desc=f"SAM3: {what}")
         worker = create_worker(func, *args, _start_thread=False, _ignore_errors=True, **kw)
         worker.returned.connect(lambda result: self._returned(worker, done, result))
         worker.errored.connect(lambda error: self._errored(worker, error))
@@ -141,13 +149,30 @@ class Job:
         """Stop waiting for the running call: its result is dropped and the widget is free."""
         if self.worker is None:
             return
+        self.abandon()
+        self.owner._busy(False, f"{self.what}: cancelled")
+
+    def abandon(self) -> None:
+        """Drop the running call without touching the widget (it may be deleted already)."""
+        if self.worker is None:
+            return
         self._cancelled = True
         self.worker.quit()
         self.worker = None
-        self.owner._busy(False, f"{self.what}: cancelled")
+        self._close_activity()
         self.owner._job_cancelled()
 
+    def _close_activity(self) -> None:
+        activity = getattr(self, "activity", None)
+        self.activity = None
+        if activity is not None:
+            activity.close()
+
     def _progress(self, value) -> None:
+        if isinstance(value, str):  # a line for the status, e.g. "features cached"
+            self.note = value
+            self.owner.status.value = f"{self.what}: {value}"
+            return
         try:
             done, total = value
         except (TypeError, ValueError):
@@ -155,13 +180,21 @@ class Job:
         bar = self.owner.progress
         bar.max = max(int(total), 1)
         bar.value = min(int(done), bar.max)
+        if self.activity is not None:
+            if self.activity.total != bar.max:
+                self.activity.total = bar.max
+            self.activity.n = bar.value
+            self.activity.refresh()
 
     def _returned(self, worker, done, result) -> None:
         if worker is not self.worker or self._cancelled:
             return
         try:
-            message = done(result) if done is not None else None
-            self.owner.status.value = message or f"{self.what}: done"
+            message = (done(result) if done is not None else None) or f"{self.what}: done"
+            note = PAST.get(self.note, self.note)
+            if note and note not in message:
+                message = f"{message} ({note})"
+            self.owner.status.value = message
             self.owner.last_error = None
         except Exception as error:  # noqa: BLE001 - shown to the analyst
             self.owner.last_error = error
@@ -177,6 +210,7 @@ class Job:
         if worker is not self.worker:
             return
         self.worker = None
+        self._close_activity()
         self.owner._busy(False, self.owner.status.value)
         self.owner._job_finished()
 
@@ -196,10 +230,16 @@ class Sam3Widget(Container):
         self.cancel_button = PushButton(text="Cancel", visible=False)
         self.cancel_button.changed.connect(self._cancel)
         self.job = Job(self)
+        self._closed = False
         self._controls: list = []
         STATE.changed.connect(self._client_changed)
-        # When Qt deletes the widget (its dock or the viewer closed), stop listening.
+        # When Qt deletes the widget (its dock or the viewer closed), stop listening and drop the
+        # running call: its result must not land in a viewer nobody is watching half-built.
         self.native.destroyed.connect(_forget(self._client_changed))
+        self.native.destroyed.connect(_abandon(self.job))
+        # Its dock removed or closed (napari un-parents the widget): cancel the running call too.
+        self._removal_filter = _RemovalFilter(self)
+        self.native.installEventFilter(self._removal_filter)
         events = napari_viewer.layers.events
         for event in (events.inserted, events.removed, events.moved, events.reordered):
             event.connect(self._layers_changed)
@@ -216,6 +256,10 @@ class Sam3Widget(Container):
 
     def _job_finished(self) -> None:
         """Called on the GUI thread when a job has finished (after its result was shown)."""
+
+    def _removed(self) -> None:
+        """The widget left its dock (the dock closed or was removed): nothing may land now."""
+        self.job.cancel()
 
     def _job_cancelled(self) -> None:
         """Called when the analyst cancels the running job."""
@@ -239,6 +283,34 @@ class Sam3Widget(Container):
         STATE.changed.disconnect(self._client_changed)
         self.job.cancel()
         super().close()
+
+
+def _removal_filter_class():
+    from qtpy.QtCore import QEvent, QObject
+
+    class RemovalFilter(QObject):
+        def __init__(self, owner) -> None:
+            super().__init__()
+            self.owner = owner
+
+        def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt's name
+            if event.type() == QEvent.Type.ParentChange and obj.parent() is None:
+                self.owner._removed()
+            return False
+
+    return RemovalFilter
+
+
+def _RemovalFilter(owner):  # noqa: N802 - a class made lazily (no Qt import at module load)
+    return _removal_filter_class()(owner)
+
+
+def _abandon(job: Job):
+    def abandon(*_args) -> None:
+        job.owner._closed = True
+        job.abandon()
+
+    return abandon
 
 
 def _forget(callback):

@@ -20,7 +20,7 @@ import pandas as pd
 from ..bands import parse_bands, resolve_bands
 from ..napari_io import SAM3_KEY, crop_metadata
 
-FEATURE_COLUMNS = ["index", "score", "keyword", "prompt_kind"]
+FEATURE_COLUMNS = ["index", "score", "keyword", "prompt_kind", "area", "source"]
 POSITIVE = "positive"  # the bool feature telling positive from negative boxes and clicks
 
 
@@ -88,15 +88,21 @@ def pixels(layer, window) -> np.ndarray:
     return np.asarray(full_resolution(layer)[window])
 
 
-def model_image(viewer, layer, bands: str = "", region=None) -> ModelImage:
-    """The image (or the crop under `region`'s last shape) of `layer`, as the model takes it."""
+def model_image(viewer, layer, bands: str = "", region=None, window=None) -> ModelImage:
+    """The image (or the crop under `region`'s last shape, or under `window` =
+    (row0, row1, col0, col1)) of `layer`, as the model takes it."""
     from ..raster import Raster
     from ..stretch import StretchStats
 
     if layer is None:
         raise ValueError("choose an image layer")
     rows, cols = image_shape(layer)
-    r0, r1, c0, c1 = region_window(region, layer) if region is not None else (0, rows, 0, cols)
+    if window is not None:
+        r0, r1, c0, c1 = window
+    elif region is not None:
+        r0, r1, c0, c1 = region_window(region, layer)
+    else:
+        r0, r1, c0, c1 = 0, rows, 0, cols
     window = np.s_[r0:r1, c0:c1]
     keys = parse_bands(bands)
     meta = crop_metadata(layer.metadata, r0, c0)
@@ -171,6 +177,64 @@ def prepare(client, target: ModelImage):
     rgb = to_model_rgb(target.image, stats=target.stats, nodata=nodata)
     letterbox = Letterbox(rgb.shape[:2], client.image_size)
     return PreparedImage(rgb, letterbox, letterbox.apply(rgb))
+
+
+def view_window(viewer, layer) -> tuple[int, int, int, int]:
+    """(row0, row1, col0, col1): the full-resolution pixels of `layer` inside the canvas now.
+
+    From the camera (centre, zoom) and the canvas size, mapped world -> the layer's pixels; a
+    viewer without a canvas (no window) sees the whole image.
+    """
+    rows, cols = image_shape(layer)
+    size = _canvas_size(viewer)
+    if size is None:
+        return 0, rows, 0, cols
+    centre = np.asarray(viewer.camera.center, np.float64)[-2:]
+    half = np.asarray(size, np.float64) / (2.0 * float(viewer.camera.zoom))
+    corners = []
+    for dr in (-1, 1):
+        for dc in (-1, 1):
+            world = np.zeros(max(viewer.dims.ndim, layer.ndim))
+            world[-2:] = centre + half * (dr, dc)
+            corners.append(np.asarray(layer.world_to_data(world[-layer.ndim :]))[-2:])
+    corners = np.asarray(corners)
+    r0 = int(np.clip(np.floor(corners[:, 0].min() + 0.5), 0, rows))
+    r1 = int(np.clip(np.ceil(corners[:, 0].max() + 0.5), 0, rows))
+    c0 = int(np.clip(np.floor(corners[:, 1].min() + 0.5), 0, cols))
+    c1 = int(np.clip(np.ceil(corners[:, 1].max() + 0.5), 0, cols))
+    if r1 <= r0 or c1 <= c0:
+        raise ValueError(f"{layer.name} is not in view: pan to it, or choose Where: Whole image")
+    return r0, r1, c0, c1
+
+
+def _canvas_size(viewer):
+    window = getattr(viewer, "window", None)
+    qt_viewer = getattr(window, "_qt_viewer", None)  # napari has no public canvas size
+    canvas = getattr(qt_viewer, "canvas", None)
+    size = getattr(canvas, "size", None)
+    if size is None or min(size) <= 1:
+        return None
+    return tuple(size)[:2]
+
+
+def layer_named(viewer, name: str, kind):
+    """The viewer's layer called `name` if it is a `kind` layer, else None."""
+    for layer in viewer.layers:
+        if layer.name == name and isinstance(layer, kind):
+            return layer
+    return None
+
+
+FEATURES_CACHED, ENCODING = "features cached", "encoding the image"
+
+
+def prepared_with_status(client, target: ModelImage):
+    """Generator for a widget job: yields whether the model holds this image's features
+    ("features cached") or will encode it now ("encoding the image"); returns the prepared
+    image (use as ``prepared = yield from prepared_with_status(client, target)``)."""
+    prepared = prepare(client, target)
+    yield FEATURES_CACHED if client.is_cached(prepared) else ENCODING
+    return prepared
 
 
 def _stretch_stats(layers, names, stats_cls):
@@ -284,13 +348,15 @@ def check_same_grid(layer, image) -> None:
 # ----------------------------------------------------------------------------- results
 
 
-def results_to_labels(frame: pd.DataFrame, shape: tuple[int, int]):
+def results_to_labels(frame: pd.DataFrame, shape: tuple[int, int], source: str = ""):
     """A results DataFrame -> int32 labels of `shape` (row ``i`` is label ``i + 1``, the
-    better-scored object on top where masks overlap) and the layer's features table."""
+    better-scored object on top where masks overlap) and the layer's features table: the
+    label, score, keyword, prompt kind, area (pixels it shows) and source of each object."""
     from ..gis import masks_to_labels
 
     labels = masks_to_labels(frame, tuple(shape))
     n = len(frame)
+    area = np.bincount(labels.ravel(), minlength=n + 1)[1 : n + 1].astype(np.int64)
     if "score" in frame:
         score = np.asarray(frame["score"], np.float32)
     else:  # interactive candidates carry the predicted IoU
@@ -303,9 +369,38 @@ def results_to_labels(frame: pd.DataFrame, shape: tuple[int, int]):
             "prompt_kind": [str(k) for k in frame["prompt_kind"]]
             if "prompt_kind" in frame
             else [""] * n,
+            "area": area,
+            "source": [source] * n,
         }
     )
     return labels, features
+
+
+# One colour per keyword, the same in every layer of this napari session (first seen, first
+# served); a keyword beyond the palette cycles. A direct colormap: label id -> its keyword's colour.
+_PALETTE = (
+    "#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#46f0f0", "#f032e6",
+    "#bcf60c", "#fabebe", "#008080", "#e6beff", "#9a6324", "#fffac8", "#800000",
+    "#aaffc3", "#808000", "#ffd8b1", "#000075",
+)  # fmt: skip
+_KEYWORD_COLOURS: dict[str, str] = {}
+
+
+def keyword_colour(keyword: str) -> str:
+    if keyword not in _KEYWORD_COLOURS:
+        _KEYWORD_COLOURS[keyword] = _PALETTE[len(_KEYWORD_COLOURS) % len(_PALETTE)]
+    return _KEYWORD_COLOURS[keyword]
+
+
+def keyword_colormap(features: pd.DataFrame):
+    """A napari DirectLabelColormap painting each label in its keyword's colour."""
+    from napari.utils.colormaps import DirectLabelColormap
+
+    colours: dict = {None: "transparent", 0: "transparent"}
+    if "keyword" in features.columns and "index" in features.columns:
+        for index, keyword in zip(features["index"], features["keyword"], strict=True):
+            colours[int(index)] = keyword_colour(str(keyword))
+    return DirectLabelColormap(color_dict=colours)
 
 
 def placement(image, offset: tuple[int, int] = (0, 0)) -> dict[str, Any]:
@@ -351,5 +446,6 @@ def result_layer_kwargs(
         "name": name,
         "features": features,
         "metadata": metadata,
+        "colormap": keyword_colormap(features),
         **placement(target.layer, target.offset),
     }

@@ -14,6 +14,7 @@ from .segment import (
     add_exemplar_fields,
     add_image_fields,
     add_threshold_fields,
+    target_of,
     thresholds,
 )
 
@@ -26,11 +27,19 @@ def describe_concept(concept: Concept) -> str:
 
 
 class ConceptsWidget(Sam3Widget):
-    def __init__(self, napari_viewer) -> None:
+    """Encode exemplar boxes into concepts; apply the selected ones through one `multi` call.
+
+    Inside the SAM3 panel (`shared` given) the image, region, exemplars and thresholds are the
+    panel's, and concepts apply to the panel's image (choose another image there to apply one
+    elsewhere).
+    """
+
+    def __init__(self, napari_viewer, shared=None) -> None:
         super().__init__(napari_viewer)
+        self.shared = shared
         self.bank: dict[str, Concept] = {}
-        image_fields = add_image_fields(self, napari_viewer)
-        exemplar_fields = add_exemplar_fields(self, napari_viewer)
+        image_fields = add_image_fields(self, napari_viewer, shared)
+        exemplar_fields = add_exemplar_fields(self, napari_viewer, shared)
         self.name = LineEdit(value="", label="Concept name", tooltip="e.g. greenhouse")
         self.encode_button = PushButton(text="Encode concept")
         self.concepts = Select(choices=self._bank_choices, label="Concept bank")
@@ -41,9 +50,13 @@ class ConceptsWidget(Sam3Widget):
         self.load_path = FileEdit(mode="r", filter="*.npz", label="Load from")
         self.load_button = PushButton(text="Load")
         self.remove_button = PushButton(text="Remove selected")
-        self.apply_image = layer_combo(napari_viewer, Image, "Apply to image")
-        self.apply_bands = LineEdit(value="", label="Apply bands")
-        self.apply_region = layer_combo(napari_viewer, Shapes, "Apply region", nullable=True)
+        if shared is None:
+            self.apply_image = layer_combo(napari_viewer, Image, "Apply to image")
+            self.apply_bands = LineEdit(value="", label="Apply bands")
+            self.apply_region = layer_combo(napari_viewer, Shapes, "Apply region", nullable=True)
+            apply_fields = [self.apply_image, self.apply_bands, self.apply_region]
+        else:
+            apply_fields = []
         self.apply_button = PushButton(text="Apply selected concept(s)")
 
         self.encode_button.changed.connect(self.encode)
@@ -62,10 +75,8 @@ class ConceptsWidget(Sam3Widget):
                 row(self.save_button, self.overwrite),
                 self.load_path,
                 row(self.load_button, self.remove_button),
-                self.apply_image,
-                self.apply_bands,
-                self.apply_region,
-                *add_threshold_fields(self),
+                *apply_fields,
+                *add_threshold_fields(self, shared),
                 self.apply_button,
             ]
         )
@@ -100,9 +111,7 @@ class ConceptsWidget(Sam3Widget):
     @reports_errors("Encoding the concept failed")
     def encode(self, *_args) -> None:
         client = self.client
-        target = _layers.model_image(
-            self.viewer, self.image.value, self.bands.value, self.region.value
-        )
+        target = target_of(self)
         boxes, labels = _layers.boxes_from_shapes(self.exemplars.value, target)
         if len(boxes) == 0:
             raise ValueError("draw exemplar boxes on the Exemplars layer first")
@@ -111,7 +120,7 @@ class ConceptsWidget(Sam3Widget):
         name = self.name.value.strip() or "concept"
 
         def work():
-            prepared = _layers.prepare(client, target)
+            prepared = yield from _layers.prepared_with_status(client, target)
             concept = client.encode_exemplars(prepared, boxes, labels, name=name)
             concept.source = target.description
             return concept
@@ -153,20 +162,20 @@ class ConceptsWidget(Sam3Widget):
         concepts = self._selected()
         for concept in concepts:
             concept.check_model(client.model_id)
-        target = _layers.model_image(
-            self.viewer, self.apply_image.value, self.apply_bands.value, self.apply_region.value
-        )
+        if self.shared is None:
+            target = _layers.model_image(
+                self.viewer, self.apply_image.value, self.apply_bands.value, self.apply_region.value
+            )
+        else:
+            target = target_of(self)
         options = thresholds(self)
+        named = [(c.name, c) for c in concepts]
 
         def work():
-            prepared = _layers.prepare(client, target)
-            frames = []
-            for i, concept in enumerate(concepts):
-                frame = client.segment(prepared, concept=concept, **options)
-                frame["keyword"] = concept.name
-                frames.append(frame)
-                yield (i + 1, len(concepts))
-            return frames
+            # One vision pass for all of them (the `keyword` column is each concept's name).
+            prepared = yield from _layers.prepared_with_status(client, target)
+            frame = client.multi(prepared, concepts=named, **options)
+            return [frame[frame["keyword"] == c.name].reset_index(drop=True) for c in concepts]
 
         self.job.start(
             f"Applying {len(concepts)} concept(s)",
@@ -177,7 +186,7 @@ class ConceptsWidget(Sam3Widget):
     def _show(self, frames, concepts, target) -> str:
         self.results = []
         for concept, frame in zip(concepts, frames, strict=True):
-            labels, features = _layers.results_to_labels(frame, target.shape)
+            labels, features = _layers.results_to_labels(frame, target.shape, target.description)
             kwargs = _layers.result_layer_kwargs(
                 target, f"SAM3 concept {concept.name}", features, prompt=concept.name
             )

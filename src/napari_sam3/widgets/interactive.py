@@ -17,7 +17,7 @@ from napari.utils.events import Event
 
 from . import _layers
 from ._common import Sam3Widget, layer_combo, notify_error, reports_errors, row
-from .segment import POSITIVE_COLOR, add_image_fields, set_negative
+from .segment import POSITIVE_COLOR, add_image_fields, set_negative, target_of
 
 CANDIDATE_LAYER = "SAM3 candidate"
 CLICKS_LAYER = "SAM3 clicks"
@@ -35,8 +35,26 @@ SHORTCUTS = {
 }
 
 
+def is_prompt_layer(layer) -> bool:
+    """True for a prompt layer the plugin made (clicks, box, seed): only those are ever cleared."""
+    return _layers._record(layer).get("kind") == "prompt"
+
+
+def _prompt_metadata() -> dict:
+    from ..napari_io import SAM3_KEY
+
+    return {SAM3_KEY: {"version": 1, "kind": "prompt"}}
+
+
 class InteractiveWidget(Sam3Widget):
-    def __init__(self, napari_viewer) -> None:
+    """Clicks, a box and a seed refine one object; Accept writes it into a labels layer.
+
+    Nothing the analyst owns is cleared: starting the next object empties only the prompt layers
+    the plugin made ("SAM3 clicks", "SAM3 box", "SAM3 seed"); a layer of the analyst's chosen
+    as clicks, box or seed is read, never written.
+    """
+
+    def __init__(self, napari_viewer, shared=None) -> None:
         super().__init__(napari_viewer)
         self.session = None
         self.target_image: _layers.ModelImage | None = None
@@ -47,7 +65,7 @@ class InteractiveWidget(Sam3Widget):
         self._watched: dict[str, object] = {}
         self._showing = False
 
-        image_fields = add_image_fields(self, napari_viewer)
+        image_fields = add_image_fields(self, napari_viewer, shared)
         self.clicks = layer_combo(napari_viewer, Points, "Clicks", nullable=True)
         self.box = layer_combo(napari_viewer, Shapes, "Box", nullable=True)
         self.seed = layer_combo(napari_viewer, Labels, "Seed mask", nullable=True)
@@ -132,32 +150,64 @@ class InteractiveWidget(Sam3Widget):
 
     # -- layers -----------------------------------------------------------------------------
     def new_prompt_layers(self, *_args) -> None:
-        """Points (clicks), Shapes (box) and Labels (seed) layers placed on the image."""
+        """Points (clicks), Shapes (box) and Labels (seed) layers placed on the image; the
+        plugin's own layers of those names when the viewer has them (never a second set)."""
         image = self.image.value
         if image is None:
             self.status.value = notify_error("New prompt layers", ValueError("choose an image"))
             return
         place = _layers.placement(image)
-        clicks = self.viewer.add_points(
-            ndim=2,
-            name=CLICKS_LAYER,
-            features=pd.DataFrame({_layers.POSITIVE: pd.Series(dtype=bool)}),
-            face_color=POSITIVE_COLOR,
-            size=max(_layers.image_shape(image)) / 100,
-            **place,
-        )
-        clicks.feature_defaults[_layers.POSITIVE] = True
+        clicks = self._own_layer(CLICKS_LAYER, Points, image)
+        if clicks is None:
+            clicks = self.viewer.add_points(
+                ndim=2,
+                name=CLICKS_LAYER,
+                features=pd.DataFrame({_layers.POSITIVE: pd.Series(dtype=bool)}),
+                face_color=POSITIVE_COLOR,
+                size=max(_layers.image_shape(image)) / 100,
+                metadata=_prompt_metadata(),
+                **place,
+            )
+            clicks.feature_defaults[_layers.POSITIVE] = True
         set_negative(clicks, bool(self.negative.value))
-        box = self.viewer.add_shapes(
-            ndim=2, name=BOX_LAYER, edge_color="yellow", face_color="transparent", **place
-        )
-        seed = self.viewer.add_labels(
-            np.zeros(_layers.image_shape(image), np.int32), name=SEED_LAYER, **place
-        )
+        box = self._own_layer(BOX_LAYER, Shapes, image)
+        if box is None:
+            box = self.viewer.add_shapes(
+                ndim=2,
+                name=BOX_LAYER,
+                edge_color="yellow",
+                face_color="transparent",
+                metadata=_prompt_metadata(),
+                **place,
+            )
+        seed = self._own_layer(SEED_LAYER, Labels, image)
+        if seed is None:
+            seed = self.viewer.add_labels(
+                np.zeros(_layers.image_shape(image), np.int32),
+                name=SEED_LAYER,
+                metadata=_prompt_metadata(),
+                **place,
+            )
         self.reset_choices()
         self.clicks.value, self.box.value, self.seed.value = clicks, box, seed
         self.viewer.layers.selection.active = clicks
         clicks.mode = "add"
+
+    def _own_layer(self, name: str, kind, image):
+        """The plugin's prompt layer `name` when it exists and lies on `image`'s pixels."""
+        layer = _layers.layer_named(self.viewer, name, kind)
+        if layer is None or not is_prompt_layer(layer):
+            return None
+        if isinstance(layer, Labels):
+            try:
+                _layers.check_same_grid(layer, image)
+            except ValueError:
+                return None
+        elif not np.allclose(layer.scale[-2:], image.scale[-2:]) or not np.allclose(
+            layer.translate[-2:], image.translate[-2:]
+        ):
+            return None
+        return layer
 
     def _watch_layers(self, *_args) -> None:
         self._unwatch()
@@ -226,12 +276,11 @@ class InteractiveWidget(Sam3Widget):
 
     def _make_start(self):
         client = self.client
-        target = _layers.model_image(
-            self.viewer, self.image.value, self.bands.value, self.region.value
-        )
+        target = target_of(self)
 
         def work():
-            return client.interactive(_layers.prepare(client, target))
+            prepared = yield from _layers.prepared_with_status(client, target)
+            return client.interactive(prepared)
 
         def done(session):
             self.session, self.target_image = session, target
@@ -368,9 +417,9 @@ class InteractiveWidget(Sam3Widget):
         old = np.array(layer.data[rr, cc], copy=True)
         layer.data_setitem((rr, cc), new_id)
         iou = float(self.session.result["iou"].iloc[self.candidate.value])
-        _append_feature(layer, new_id, iou)
+        _append_feature(layer, new_id, iou, int(rr.size), target.description)
         self._accepts.append((layer, (rr, cc), old, new_id))
-        self.reset()
+        self.reset()  # the next object: clears the plugin's prompt layers only
         self.status.value = (
             f"accepted as label {new_id} in '{layer.name}' (Undo accept takes it back)"
         )
@@ -435,18 +484,21 @@ class InteractiveWidget(Sam3Widget):
 
     @reports_errors("Reset failed")
     def reset(self, *_args) -> None:
+        """Forget the prompts; empty the plugin's own prompt layers (an analyst's layer chosen
+        as clicks, box or seed stays as it is)."""
         if self.session is not None:
             self.session.reset()
         self._prompt_log.clear()
         for layer in (self.clicks.value, self.box.value):
-            if layer is not None and len(layer.data):
+            if layer is not None and is_prompt_layer(layer) and len(layer.data):
                 with layer.events.data.blocker(self._on_data):
                     if isinstance(layer, Points):
                         layer.data = np.zeros((0, 2))
                     else:
                         layer.data = []
-        if self.seed.value is not None and self.seed.value is not self.target.value:
-            self.seed.value.data = np.zeros_like(self.seed.value.data)
+        seed = self.seed.value
+        if seed is not None and is_prompt_layer(seed) and seed is not self.target.value:
+            seed.data = np.zeros_like(seed.data)
         self._set_result(None)
         self.status.value = "prompts cleared"
 
@@ -461,7 +513,9 @@ class InteractiveWidget(Sam3Widget):
             session = self.session
 
             def done(frame):
-                labels, features = _layers.results_to_labels(frame, target.shape)
+                labels, features = _layers.results_to_labels(
+                    frame, target.shape, target.description
+                )
                 kwargs = _layers.result_layer_kwargs(
                     target, "SAM3 everything", features, prompt="everything"
                 )
@@ -473,12 +527,19 @@ class InteractiveWidget(Sam3Widget):
         self._enqueue("Segmenting everything", make)
 
 
-def _append_feature(layer: Labels, label: int, iou: float) -> None:
+def _append_feature(layer: Labels, label: int, iou: float, area: int, source: str) -> None:
     features = layer.features
     if len(features) and "index" not in features.columns:
         features = features.assign(index=np.arange(len(features)))
     entry = pd.DataFrame(
-        {"index": [label], "score": [iou], "keyword": [""], "prompt_kind": ["interactive"]}
+        {
+            "index": [label],
+            "score": [iou],
+            "keyword": [""],
+            "prompt_kind": ["interactive"],
+            "area": [area],
+            "source": [source],
+        }
     )
     layer.features = pd.concat([features, entry], ignore_index=True) if len(features) else entry
 

@@ -68,13 +68,13 @@ class MultiKeywordWidget(Sam3Widget):
         if per_keyword:
             for keyword in keywords:
                 part = frame[frame["keyword"] == keyword].reset_index(drop=True)
-                labels, features = _layers.results_to_labels(part, target.shape)
+                labels, features = _layers.results_to_labels(part, target.shape, target.description)
                 kwargs = _layers.result_layer_kwargs(
                     target, f"SAM3 {keyword}", features, prompt=keyword
                 )
                 self.results.append(self.viewer.add_labels(labels, **kwargs))
         else:
-            labels, features = _layers.results_to_labels(frame, target.shape)
+            labels, features = _layers.results_to_labels(frame, target.shape, target.description)
             kwargs = _layers.result_layer_kwargs(
                 target, f"SAM3 {', '.join(keywords)}", features, prompt=", ".join(keywords)
             )

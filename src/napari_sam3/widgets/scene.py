@@ -85,22 +85,26 @@ def scene_work(client, source, cancel: threading.Event, tiles: int, **kwargs):
 class SceneWidget(Sam3Widget):
     """Segment a whole scene in overlapping tiles; all objects in one new labels layer."""
 
-    def __init__(self, napari_viewer) -> None:
+    def __init__(self, napari_viewer, shared=None) -> None:
         super().__init__(napari_viewer)
-        self.image = layer_combo(
-            napari_viewer,
-            Image,
-            "Image",
-            nullable=True,
-            tooltip="A layer opened from a raster file: its file is read tile by tile",
-        )
+        if shared is None:
+            self.image = layer_combo(
+                napari_viewer,
+                Image,
+                "Image",
+                nullable=True,
+                tooltip="A layer opened from a raster file: its file is read tile by tile",
+            )
+            self.bands = bands_field()
+            own = [self.image]
+        else:  # the SAM3 panel's image and bands
+            self.image, self.bands, own = shared.image, shared.bands, []
         self.file = FileEdit(
             mode="r",
             filter=" ".join(f"*{s}" for s in SUFFIXES.split()),
             label="Scene file",
             tooltip="Optional: a raster file to segment instead of the image layer's own",
         )
-        self.bands = bands_field()
         self.prompt = LineEdit(
             value="",
             label="Prompt",
@@ -129,13 +133,13 @@ class SceneWidget(Sam3Widget):
         self.progress.changed.connect(self._progress_changed)
         self.extend(
             [
-                self.image,
+                *own,
                 self.file,
-                self.bands,
+                *([self.bands] if shared is None else []),
                 self.prompt,
                 self.tile_size,
                 self.overlap,
-                *add_threshold_fields(self),
+                *add_threshold_fields(self, shared),
                 self.run_button,
             ]
         )
@@ -219,12 +223,18 @@ class SceneWidget(Sam3Widget):
 
         shape = tuple(frame.attrs["scene"]["shape"])
         labels = scene_labels(frame, shape) if len(frame) else np.zeros(shape, np.int32)
+        n = len(frame)
+        path = frame.attrs["scene"]["path"]
+        path = path[0] if isinstance(path, tuple | list) and path else path
+        source = layer.name if layer is not None else Path(str(path)).name
         features = pd.DataFrame(
             {
-                "index": np.arange(1, len(frame) + 1, dtype=np.int64),
+                "index": np.arange(1, n + 1, dtype=np.int64),
                 "score": np.asarray(frame["score"], np.float32),
                 "keyword": [str(k) for k in frame["keyword"]],
                 "prompt_kind": [str(k) for k in frame["prompt_kind"]],
+                "area": np.bincount(labels.ravel(), minlength=n + 1)[1 : n + 1].astype(np.int64),
+                "source": [source] * n,
                 "tile": np.asarray(frame["tile"], np.int64),
             }
         )
@@ -254,4 +264,10 @@ def _file_layer_kwargs(scene: dict, name: str, features, record: dict) -> dict:
         SAM3_KEY: {"version": 1, "kind": "result", "offset": [0, 0], **record},
     }
     kwargs = transform_kwargs(transform)
-    return {"name": name, "features": features, "metadata": metadata, **kwargs}
+    return {
+        "name": name,
+        "features": features,
+        "metadata": metadata,
+        "colormap": _layers.keyword_colormap(features),
+        **kwargs,
+    }

@@ -10,6 +10,19 @@ from ._common import Sam3Widget, layer_combo, reports_errors, row
 
 EXEMPLAR_LAYER = "SAM3 exemplars"
 POSITIVE_COLOR, NEGATIVE_COLOR = "lime", "red"
+# Where a run looks: the choices of the panel's shared "Where" field.
+WHOLE, VIEW, REGION = "Whole image", "Current view", "Selected region"
+THRESHOLD_FIELDS = ("score_thr", "mask_thr", "max_det", "dedup")
+IMAGE_FIELDS = ("image", "bands", "region", "where")
+EXEMPLAR_FIELDS = ("exemplars", "new_exemplars", "negative")
+
+
+def _share(widget, shared, names) -> list:
+    """Point `widget`'s fields at the panel's shared ones (laid out by the panel, not here)."""
+    for name in names:
+        if hasattr(shared, name):
+            setattr(widget, name, getattr(shared, name))
+    return []
 
 
 def thresholds(widget) -> dict:
@@ -23,7 +36,9 @@ def thresholds(widget) -> dict:
     }
 
 
-def add_threshold_fields(widget) -> list:
+def add_threshold_fields(widget, shared=None) -> list:
+    if shared is not None:
+        return _share(widget, shared, THRESHOLD_FIELDS)
     widget.score_thr = FloatSpinBox(value=0.5, min=0.0, max=1.0, step=0.05, label="Score threshold")
     widget.mask_thr = FloatSpinBox(value=0.5, min=0.05, max=0.95, step=0.05, label="Mask threshold")
     widget.max_det = SpinBox(value=100, min=1, max=1000, label="Max detections")
@@ -52,7 +67,9 @@ def bands_field() -> LineEdit:
     )
 
 
-def add_image_fields(widget, viewer) -> list:
+def add_image_fields(widget, viewer, shared=None) -> list:
+    if shared is not None:
+        return _share(widget, shared, IMAGE_FIELDS)
     widget.image = layer_combo(viewer, Image, "Image")
     widget.bands = bands_field()
     widget.region = layer_combo(
@@ -65,8 +82,34 @@ def add_image_fields(widget, viewer) -> list:
     return [widget.image, widget.bands, widget.region]
 
 
-def add_exemplar_fields(widget, viewer) -> list:
+def target_of(widget, image=None, bands=None) -> _layers.ModelImage:
+    """What a run of `widget` sends to the model: its image (or `image`) under its "Where"
+    choice (a widget without one: the region when chosen, else the whole image)."""
+    image = widget.image.value if image is None else image
+    bands = widget.bands.value if bands is None else bands
+    region = widget.region.value
+    where = getattr(widget, "where", None)
+    choice = where.value if where is not None else (REGION if region is not None else WHOLE)
+    if choice == VIEW:
+        if image is None:
+            raise ValueError("choose an image layer")
+        return _layers.model_image(
+            widget.viewer, image, bands, window=_layers.view_window(widget.viewer, image)
+        )
+    if choice == REGION:
+        if region is None:
+            raise ValueError(
+                "choose the Shapes layer whose last rectangle is the region, or Where: "
+                f"{WHOLE} / {VIEW}"
+            )
+        return _layers.model_image(widget.viewer, image, bands, region)
+    return _layers.model_image(widget.viewer, image, bands)
+
+
+def add_exemplar_fields(widget, viewer, shared=None) -> list:
     """The exemplar Shapes layer choice, a button for a new one, and the negative-box switch."""
+    if shared is not None:
+        return _share(widget, shared, EXEMPLAR_FIELDS)
     widget.exemplars = layer_combo(
         viewer,
         Shapes,
@@ -93,9 +136,18 @@ def add_exemplar_fields(widget, viewer) -> list:
 
 
 def new_exemplar_layer(viewer, name: str = EXEMPLAR_LAYER, placed_on=None) -> Shapes:
-    """A Shapes layer for exemplar boxes with a `positive` feature (green +, red -)."""
+    """A Shapes layer for exemplar boxes with a `positive` feature (green +, red -); the one of
+    that name when the viewer has it already (pressing the button twice makes one layer)."""
     import pandas as pd
 
+    existing = _layers.layer_named(viewer, name, Shapes)
+    if existing is not None:
+        if _layers.POSITIVE not in existing.features.columns:
+            existing.features[_layers.POSITIVE] = True
+            existing.feature_defaults[_layers.POSITIVE] = True
+        existing.mode = "add_rectangle"
+        viewer.layers.selection.active = existing
+        return existing
     kwargs = {} if placed_on is None else _layers.placement(placed_on)
     layer = viewer.add_shapes(
         name=name,
@@ -149,9 +201,7 @@ class SegmentWidget(Sam3Widget):
     @reports_errors("Segment failed")
     def run(self, *_args) -> None:
         client = self.client
-        target = _layers.model_image(
-            self.viewer, self.image.value, self.bands.value, self.region.value
-        )
+        target = target_of(self)
         prompt = self.prompt.value.strip() or None
         boxes, labels = _layers.boxes_from_shapes(self.exemplars.value, target)
         if prompt is None and len(boxes) == 0:
@@ -170,7 +220,7 @@ class SegmentWidget(Sam3Widget):
         self.job.start(what, work, done=lambda frame: self._show(frame, target, name, prompt))
 
     def _show(self, frame, target, name, prompt) -> str:
-        labels, features = _layers.results_to_labels(frame, target.shape)
+        labels, features = _layers.results_to_labels(frame, target.shape, target.description)
         kwargs = _layers.result_layer_kwargs(target, name, features, prompt=prompt or "")
         self.result = self.viewer.add_labels(labels, **kwargs)
         return f"{len(frame)} object(s) -> layer '{self.result.name}'"

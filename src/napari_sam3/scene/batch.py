@@ -1,0 +1,384 @@
+"""Folders of scenes: one task per scene on dask.distributed, a run journal, resume, a lock.
+
+``segment_scenes(factory, paths, out_dir)`` segments every scene into ``out_dir/<stem>.<fmt>``
+(written atomically by :func:`~napari_sam3.scene.write_scene`). Scenes run as tasks of a
+``dask.distributed`` cluster (a ``LocalCluster`` of ``workers`` processes, or the scheduler at
+``scheduler``), or one after another in this process when neither is given. Each worker process
+makes its own client once, from ``factory`` (a :class:`ClientFactory`: picklable, it names an
+embedded repository or Triton addresses). A failed scene is retried once, then reported; the
+others finish.
+
+Beside the outputs, ``napari-sam3-journal.json`` (rewritten atomically after every scene) records
+each finished scene: the input's size and mtime, the options, the output and its feature count.
+``resume=True`` skips a scene whose journal entry matches the input, the options and an existing
+output. ``.napari-sam3.lock`` keeps a second run from writing the same folder at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..io_utils import atomic_write_bytes
+
+__all__ = ["BatchResult", "ClientFactory", "FolderLocked", "segment_scenes"]
+
+JOURNAL = "napari-sam3-journal.json"
+LOCK = ".napari-sam3.lock"
+PathLike = str | os.PathLike
+
+
+class FolderLocked(RuntimeError):
+    """Another run is writing the output folder."""
+
+
+@dataclass(frozen=True)
+class ClientFactory:
+    """How a worker makes its client: an embedded repository, or Triton server addresses."""
+
+    repository: str | None = None
+    servers: tuple[str, ...] = ()
+    threads: int = 0
+    connect_timeout: float = 10.0
+    runtime: str = "auto"
+    precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        if (self.repository is None) == (not self.servers):
+            raise ValueError("a ClientFactory needs a repository folder or server addresses")
+
+    def __call__(self) -> Any:
+        from ..client import Sam3Client
+
+        if self.repository is not None:
+            return Sam3Client.local(
+                self.repository, self.threads, runtime=self.runtime, precision=self.precision
+            )
+        return Sam3Client(list(self.servers), connect_timeout=self.connect_timeout)
+
+
+_clients: dict[ClientFactory, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(factory: ClientFactory) -> Any:
+    """This process's client for `factory`, made on first use (one per worker process)."""
+    with _clients_lock:
+        if factory not in _clients:
+            _clients[factory] = factory()
+        return _clients[factory]
+
+
+@dataclass
+class BatchResult:
+    """What happened to each scene: ``done`` / ``skipped`` (resume) / ``failed`` {path: ...}."""
+
+    out_dir: Path
+    done: dict[str, dict] = field(default_factory=dict)
+    skipped: dict[str, dict] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+# ----------------------------------------------------------------------------- one scene
+
+
+def _fingerprint(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _options_key(options: dict[str, Any]) -> str:
+    text = json.dumps(options, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def segment_one(
+    factory: ClientFactory,
+    path: str,
+    target: str,
+    options: dict[str, Any],
+    overwrite: bool,
+    simplify: float,
+    cog: bool = False,
+) -> dict[str, Any]:
+    """One scene on this process's client -> its output, written atomically; a summary."""
+    from .output import write_scene
+    from .run import segment_scene
+
+    t0 = time.perf_counter()
+    client = _client(factory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = segment_scene(client, path, progress=False, **options)
+        t1 = time.perf_counter()
+        write_scene(df, target, path, overwrite, simplify, cog)
+    timings = dict(df.attrs.get("timings", {}))
+    timings["write"] = time.perf_counter() - t1
+    counts = df.groupby("keyword").size().to_dict() if len(df) else {}
+    return {
+        "features": len(df),
+        "counts": {str(k): int(v) for k, v in counts.items()},
+        "seconds": time.perf_counter() - t0,
+        "timings": timings,
+        "tiles": len(df.attrs.get("tiles", ())),
+        "warnings": list(dict.fromkeys(str(w.message) for w in caught))[:5],
+    }
+
+
+# ----------------------------------------------------------------------------- folder state
+
+
+@contextlib.contextmanager
+def folder_lock(out_dir: Path) -> Iterator[Path]:
+    """``out_dir/.napari-sam3.lock`` held for the block; refuses when another live run holds it."""
+    lock = out_dir / LOCK
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read_lock(lock)
+            if holder is not None and not _stale(holder):
+                raise FolderLocked(
+                    f"{out_dir} is being written by another run (pid {holder.get('pid')} on "
+                    f"{holder.get('host')}); wait for it, or give another output folder. If no "
+                    f"such run exists, remove {lock}"
+                ) from None
+            warnings.warn(f"removing a stale lock {lock} (its run has ended)", stacklevel=3)
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()
+            continue
+        with os.fdopen(fd, "w") as handle:
+            json.dump(me, handle)
+        break
+    else:
+        raise FolderLocked(f"cannot take the lock {lock}; remove it if no run is writing there")
+    try:
+        yield lock
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+
+
+def _read_lock(lock: Path) -> dict | None:
+    try:
+        return json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None  # half-written or unreadable: treated as stale
+
+
+def _stale(holder: dict) -> bool:
+    if holder.get("host") != socket.gethostname():
+        return False  # another machine's run: never guess
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def load_journal(out_dir: Path) -> dict[str, Any]:
+    path = out_dir / JOURNAL
+    if not path.exists():
+        return {"version": 1, "scenes": {}}
+    try:
+        journal = json.loads(path.read_text())
+        if not isinstance(journal, dict) or not isinstance(journal.get("scenes"), dict):
+            raise ValueError("no 'scenes' table")
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"the run journal {path} is unreadable ({error}); remove it to start afresh"
+        ) from None
+    return journal
+
+
+def _write_journal(out_dir: Path, journal: dict[str, Any]) -> None:
+    data = json.dumps(journal, indent=1, sort_keys=True, default=str).encode()
+    atomic_write_bytes(out_dir / JOURNAL, data, overwrite=True)
+
+
+def _finished(entry: dict | None, path: Path, target: Path, key: str) -> bool:
+    if not entry or entry.get("status") != "done" or entry.get("options") != key:
+        return False
+    if not target.exists() or entry.get("output") != target.name:
+        return False
+    return entry.get("input") == _fingerprint(path)
+
+
+# ----------------------------------------------------------------------------- the batch
+
+
+def segment_scenes(
+    client_factory: ClientFactory,
+    paths: Sequence[PathLike],
+    out_dir: PathLike,
+    *,
+    fmt: str = "gpkg",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    retries: int = 1,
+    simplify: float = 0.0,
+    scheduler_timeout: float = 5.0,
+    report: Any = None,
+    **options: Any,
+) -> BatchResult:
+    """Segment every scene of `paths` into ``out_dir/<stem>.<fmt>``; see the module doc.
+
+    Args:
+        client_factory: a :class:`ClientFactory` (each worker makes its client from it).
+        paths: raster files (one scene each).
+        out_dir: the output folder (made if missing); it holds the journal and the lock.
+        fmt: a ``--format`` name (``gpkg``, ``geojson``, ..., ``tif``/``cog`` label rasters).
+        workers: a ``LocalCluster`` of this many worker processes (one thread each).
+        scheduler: the address of a running dask scheduler (``tcp://host:8786``) instead.
+        resume: skip the scenes the journal says are finished (same input, same options).
+        overwrite: replace existing outputs; without it (and without ``resume`` covering
+            them) an existing output stops the run before anything starts.
+        retries: tries after the first for a failed scene.
+        scheduler_timeout: seconds to wait for ``scheduler`` to answer.
+        report: ``callable(path, status, detail)`` per scene as it ends (status ``done`` /
+            ``skipped`` / ``failed``), e.g. to print progress.
+        options: :func:`~napari_sam3.scene.segment_scene` keywords (prompt, keywords, ...).
+    """
+    if not isinstance(client_factory, ClientFactory):
+        raise TypeError("client_factory must be a ClientFactory (picklable, made per worker)")
+    from ..gis import FORMAT_SUFFIXES
+
+    if fmt not in FORMAT_SUFFIXES:
+        raise ValueError(f"fmt must be one of {', '.join(FORMAT_SUFFIXES)}, got {fmt!r}")
+    if workers is not None and scheduler is not None:
+        raise ValueError("give workers (a local cluster) or scheduler (an existing one), not both")
+    if workers is not None and (isinstance(workers, bool) or not 1 <= int(workers) <= 256):
+        raise ValueError(f"workers must be a number of processes 1..256, got {workers!r}")
+    inputs = [Path(p).resolve() for p in paths]
+    missing = [str(p) for p in inputs if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no such raster: {', '.join(missing[:3])}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = {p: out / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs}
+    if len(set(targets.values())) < len(targets):
+        raise ValueError("two rasters share a file name stem; their outputs would collide")
+    key = _options_key({**options, "fmt": fmt, "simplify": simplify})
+    result = BatchResult(out)
+    note = report or (lambda path, status, detail: None)
+
+    with folder_lock(out):
+        journal = load_journal(out)
+        scenes = journal["scenes"]
+        todo = []
+        for path in inputs:
+            entry = scenes.get(path.name)
+            if resume and _finished(entry, path, targets[path], key):
+                result.skipped[str(path)] = entry
+                note(path, "skipped", entry)
+            else:
+                todo.append(path)
+        clash = [str(targets[p]) for p in todo if targets[p].exists()]
+        if clash and not overwrite:
+            raise FileExistsError(
+                f"{', '.join(clash[:3])} exists and the journal does not show it finished with "
+                "these options; pass overwrite (--overwrite) to replace it"
+            )
+
+        def finish(path: Path, summary: dict | None, error: str | None) -> None:
+            entry = {"input": _fingerprint(path), "options": key, "output": targets[path].name}
+            if error is None:
+                entry.update(status="done", **summary)
+                result.done[str(path)] = entry
+                note(path, "done", entry)
+            else:
+                entry.update(status="failed", error=error)
+                result.failed[str(path)] = error
+                note(path, "failed", error)
+            scenes[path.name] = entry
+            _write_journal(out, journal)
+
+        args = (options, overwrite, simplify, fmt == "cog")
+        if workers is None and scheduler is None:
+            for path in todo:
+                summary, error = _serial(client_factory, path, targets[path], args, retries)
+                finish(path, summary, error)
+        else:
+            _on_dask(client_factory, todo, targets, args, retries, workers, scheduler,
+                     scheduler_timeout, finish)  # fmt: skip
+    return result
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _serial(factory, path, target, args, retries) -> tuple[dict | None, str | None]:
+    error = None
+    for _ in range(retries + 1):
+        try:
+            return segment_one(factory, str(path), str(target), *args), None
+        except Exception as exc:  # reported per scene; the batch goes on
+            error = _describe(exc)
+    return None, error
+
+
+def _on_dask(factory, todo, targets, args, retries, workers, scheduler, timeout, finish) -> None:
+    from distributed import Client, LocalCluster, as_completed
+
+    with contextlib.ExitStack() as stack:
+        if scheduler is not None:
+            try:
+                client = stack.enter_context(Client(scheduler, timeout=timeout))
+            except (OSError, TimeoutError) as error:
+                raise ConnectionError(
+                    f"no dask scheduler answers at {scheduler} within {timeout:g} s ({error}); "
+                    "start one (`dask scheduler`) or check the address"
+                ) from None
+        else:
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=int(workers),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=40,
+                )
+            )
+            client = stack.enter_context(Client(cluster))
+        futures = {}
+        for path in todo:
+            future = client.submit(
+                segment_one,
+                factory,
+                str(path),
+                str(targets[path]),
+                *args,
+                key=f"segment-{path.name}-{os.getpid()}-{time.time_ns()}",
+                retries=retries,
+                pure=False,
+            )
+            futures[future] = path
+        for future in as_completed(futures):
+            path = futures[future]
+            try:
+                finish(path, future.result(), None)
+            except Exception as error:  # the task failed on every try
+                finish(path, None, _describe(error))

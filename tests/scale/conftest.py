@@ -1,0 +1,24 @@
+"""Scale fixtures: small GeoTIFFs written on the fly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+from rasterio.transform import from_origin
+
+
+def write_geotiff(path: Path, data: np.ndarray, crs: str = "EPSG:32633", transform=None) -> Path:
+    """A bands-first array as a GeoTIFF (10 m pixels unless `transform` is given)."""
+    transform = transform or from_origin(300000, 5800000, 10, 10)
+    profile = dict(driver="GTiff", count=data.shape[0], height=data.shape[1], width=data.shape[2])
+    with rasterio.open(path, "w", dtype=data.dtype, crs=crs, transform=transform, **profile) as ds:
+        ds.write(data)
+    return path
+
+
+@pytest.fixture
+def geotiff():
+    return write_geotiff
