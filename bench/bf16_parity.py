@@ -7,7 +7,7 @@ natively, else the repository's graphs with every float tensor rounded to bf16
 prompt, the figures of `napari_sam3.parity` (box shift, score difference, mask IoU, top-k
 agreement; interactive: predicted-IoU difference, mask IoU, ranking) and each side's time.
 
-.venv/bin/python bench/bf16_parity.py --repo DIR [--threads 2] [--scope all|gemm]
+.venv/bin/python bench/bf16_parity.py --repo DIR [--threads 2] [--scope all|gemm] [--work DIR]
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ def emulated_repository(repo: Path, out: Path, scope: str) -> Path:
     from sam3_export.bf16_emulation import emulated_copy
 
     graphs = {*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS}
+    out.mkdir(parents=True, exist_ok=True)
     for entry in repo.iterdir():
+        if (out / entry.name).exists():
+            continue
         if entry.name in graphs:
             (out / entry.name).mkdir()
             os.symlink(entry / "config.pbtxt", out / entry.name / "config.pbtxt")
@@ -72,6 +75,8 @@ def side(args) -> None:
 
 
 def run_side(repo: Path, runtime: str, precision: str, threads: int, out: Path) -> dict:
+    if out.exists():  # a side measured by an earlier run with the same --work folder
+        return pickle.loads(out.read_bytes())
     command = [sys.executable, __file__, "--repo", str(repo), "--side", str(out)]
     command += ["--runtime", runtime, "--precision", precision, "--threads", str(threads)]
     subprocess.run(command, check=True)
@@ -83,6 +88,7 @@ def main() -> None:
     parser.add_argument("--repo", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scope", default="all", choices=("all", "gemm"))
+    parser.add_argument("--work", type=Path, help="keep each side's results here (and reuse them)")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--runtime", default="openvino", help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
@@ -96,7 +102,8 @@ def main() -> None:
 
     native, why = native_bf16()
     with tempfile.TemporaryDirectory(prefix="bf16-parity-") as tmp:
-        tmp = Path(tmp)
+        tmp = args.work or Path(tmp)
+        tmp.mkdir(parents=True, exist_ok=True)
         fp32 = run_side(args.repo, "openvino", "fp32", args.threads, tmp / "fp32.pkl")
         if native:
             bf16 = run_side(args.repo, "openvino", "bf16", args.threads, tmp / "bf16.pkl")

@@ -81,7 +81,7 @@ def emulate_bf16(model: onnx.ModelProto, scope: str = "gemm") -> onnx.ModelProto
 
 def emulated_copy(model_path: str | Path, out_dir: str | Path, scope: str = "gemm") -> Path:
     """Write the bf16-emulated graph of `model_path` into `out_dir` (its external weights are
-    linked, not copied) and return the new file's path."""
+    hard-linked, not copied: same filesystem) and return the new file's path."""
     model_path, out_dir = Path(model_path), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model = onnx.load(str(model_path), load_external_data=False)
@@ -90,7 +90,9 @@ def emulated_copy(model_path: str | Path, out_dir: str | Path, scope: str = "gem
             location = next(e.value for e in init.external_data if e.key == "location")
             target = out_dir / location
             if not target.exists():
-                os.symlink((model_path.parent / location).resolve(), target)
+                # a hard link: ONNX Runtime refuses external data that resolves outside the
+                # model's folder (a symlink does)
+                os.link((model_path.parent / location).resolve(), target)
     path = out_dir / "model.onnx"
     onnx.save(emulate_bf16(model, scope), str(path))
     return path

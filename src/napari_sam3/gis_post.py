@@ -129,13 +129,19 @@ def postprocess(
             "buildingregulariser", "regularize"
         ).regularize_geodataframe
         tolerance = 0.5 * (pixel or 1.0)
+        # it explodes multi-part polygons (and resets the index): rows are joined back by _row
+        frame = gpd.GeoDataFrame(
+            {"_row": np.arange(len(out))}, geometry=out.geometry.to_numpy(), crs=out.crs
+        )
         regular = regularize_geodataframe(
-            out[[out.geometry.name]].explode(index_parts=False),
+            frame,
             parallel_threshold=2 * tolerance,
             simplify_tolerance=tolerance,
             num_cores=1,
         )
-        out.geometry = regular.geometry.groupby(level=0).agg(shapely.union_all).reindex(out.index)
+        joined = regular.groupby("_row")[regular.geometry.name].agg(shapely.union_all)
+        geoms = [joined.get(i, MultiPolygon()) for i in range(len(out))]
+        out.geometry = gpd.GeoSeries(geoms, index=out.index, crs=out.crs)
     if options.smooth and len(out):
         smoothify = _require("smoothify", "smooth").smoothify
         smooth = smoothify(

@@ -29,6 +29,7 @@ PROVENANCE = [
 ]
 
 
+@pytest.mark.timeout(1500)  # the first model test of a session pays the shared export
 @pytest.mark.parametrize("suffix", [".gpkg", ".shp", ".parquet", ".fgb", ".geojson"])
 def test_vector_formats_read_back(tmp_path, suffix, scene_result, s2_scene_tif, local_client):
     path = write_scene(scene_result, tmp_path / f"out{suffix}", s2_scene_tif)
@@ -167,3 +168,23 @@ def test_cli_format_choices(tmp_path, tiny_repository, s2_scene_tif):
         assert ds.tags(ns="IMAGE_STRUCTURE").get("LAYOUT") == "COG"
     table = pyogrio.read_dataframe(fgb, read_geometry=False)
     assert set(table["random_weights"]) == {True}
+
+
+def test_coco_rle_of_a_crop_matches_pycocotools():
+    """An asymmetric crop placed in a larger frame: pycocotools' own encoder agrees."""
+    from pycocotools import mask as mask_utils
+
+    from napari_sam3.gis_coco import coco_rle
+
+    rng = np.random.default_rng(3)
+    crop = rng.random((7, 5)) > 0.5
+    crop[0, 0] = crop[-1, -1] = True
+    frame = np.zeros((20, 30), bool)
+    frame[4:11, 9:14] = crop
+    ours = coco_rle(4, 9, crop, 20, 30)
+    theirs = mask_utils.encode(np.asfortranarray(frame.astype(np.uint8)))
+    assert mask_utils.frPyObjects(ours, 20, 30)["counts"] == theirs["counts"]
+    np.testing.assert_array_equal(
+        mask_utils.decode(mask_utils.frPyObjects(ours, 20, 30)).astype(bool), frame
+    )
+    assert coco_rle(0, 0, np.zeros((0, 0), bool), 20, 30)["counts"] == [600]

@@ -47,6 +47,7 @@ def test_gpkg_in_4326_gives_the_pixel_boxes(lonlat_gpkg, utm21_tif):
     np.testing.assert_array_equal(labels, [1, 1])
 
 
+@pytest.mark.timeout(1500)  # the first model test of a session pays the shared export
 def test_encode_exemplars_from_the_gpkg_equals_pixel_boxes(local_client, lonlat_gpkg, utm21_tif):
     from_vectors = local_client.encode_exemplars(utm21_tif, exemplars=lonlat_gpkg)
     from_pixels = local_client.encode_exemplars(utm21_tif, BOXES)

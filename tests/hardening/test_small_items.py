@@ -22,6 +22,7 @@ def session(local_client):
 
 
 def test_positive_must_be_a_bool(session):
+    session.reset()
     for value in ("no", "yes", 0, 1, None, 0.0):
         with pytest.raises(ValueError, match="positive must be True .* or False"):
             session.add_point((10, 10), positive=value)
@@ -32,6 +33,7 @@ def test_positive_must_be_a_bool(session):
 
 
 def test_seed_masks_are_boolean_or_zero_one(session):
+    session.reset()
     faint = np.full((60, 80), 0.01, np.float32)
     with pytest.raises(ValueError, match="values other than 0 and 1"):
         session.add_mask(faint)

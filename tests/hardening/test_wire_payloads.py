@@ -112,6 +112,8 @@ def test_segment_refuses_a_wrong_frame_or_too_many_detections(forged_client):
         return out
 
     client = forged_client(too_many)
+    # Another image: the feature cache's client may hold the answer to the one above.
+    image = np.random.default_rng(5).integers(0, 256, (64, 64, 3), np.uint8)
     with pytest.raises(ValueError, match="answered 7 detections.*at most 3"):
         client.segment(image, "building", score_thr=0.0, max_det=3)
     # Without max_det, the decoder's queries are the bound (7 fit the tiny model's queries).

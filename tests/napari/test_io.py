@@ -19,10 +19,13 @@ def test_manifest_is_valid_and_imports():
     assert manifest.name == "napari-sam3"
     widgets = {w.display_name for w in manifest.contributions.widgets}
     assert widgets == {"SAM3", "Results"}
-    (reader,) = manifest.contributions.readers
-    assert reader.command == "napari-sam3.get_reader"
+    readers = {r.command: r for r in manifest.contributions.readers}
+    assert set(readers) == {"napari-sam3.get_reader", "napari-sam3.get_vector_reader"}
     for name in ("T33UUU_B04.jp2", "scene.tif", "scene.tiff"):
-        assert any(fnmatch(name, p) for p in reader.filename_patterns), name
+        assert any(fnmatch(name, p) for p in readers["napari-sam3.get_reader"].filename_patterns)
+    for name in ("footprints.gpkg", "fields.shp", "points.geojson"):
+        patterns = readers["napari-sam3.get_vector_reader"].filename_patterns
+        assert any(fnmatch(name, p) for p in patterns), name
     writers = {w.command for w in manifest.contributions.writers}
     assert writers == {"napari-sam3.write_labels_geotiff", "napari-sam3.write_instances_gpkg"}
 

@@ -99,7 +99,7 @@ def test_existing_output_is_refused_unless_overwrite(tiny_repository, folder, tm
         (["{east}", "--out", "{tmp}/a.gpkg"], "nothing to look for"),
         (["{tmp}/missing.tif", "--prompt", "x", "--out", "{tmp}/a.gpkg"], "no such file"),
         (["{east}", "{west}", "--prompt", "x", "--out", "{tmp}/a.tif"], "one scene"),
-        (["{east}", "--prompt", "x", "--out", "{tmp}/a.shp"], "unknown extension"),
+        (["{east}", "--prompt", "x", "--out", "{tmp}/a.kml"], "unknown extension"),
         (["{east}", "--prompt", "x", "--out", "{tmp}/nowhere/a.gpkg"], "does not exist"),
         (["{tmp}", "--prompt", "x", "--out", "{tmp}/o"], "holds no rasters"),
     ],

@@ -170,4 +170,6 @@ def test_progress_callable_sees_every_tile(scene, tmp_path, stub):
     )
     n = len(df.attrs["tiles"])
     assert seen == [(k, n) for k in range(1, n + 1)]
-    assert set(df.attrs["timings"]) == {"read", "stretch", "scene_stats", "model", "merge", "wall"}
+    assert set(df.attrs["timings"]) == {
+        *("read", "stretch", "scene_stats", "model", "wait", "merge", "wall", "peak_in_flight")
+    }
