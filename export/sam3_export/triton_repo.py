@@ -303,7 +303,7 @@ def write_repository(
     )
     _set_parameters(multi, {**params, contract.MANIFEST_PARAMETER: _manifest_json(manifest)})
     _instances(multi, "KIND_CPU")
-    _python_model(out_dir / contract.MULTI, multi, "multi")
+    _python_model(out_dir / contract.MULTI, multi, "multi", ("cached",))
     written.append(contract.MULTI)
 
     if contract.PVS_DECODER in sig:

@@ -331,7 +331,7 @@ class Logic:
         if n > self.max_keywords:
             raise ValueError(f"at most {self.max_keywords} queries per request, got {n}")
         exemplars = self._exemplars(inputs, n)
-        concepts = _concepts(inputs, n)
+        concepts = concept_inputs(inputs, n)
         first_concept = n - len(concepts)
         options = {
             "score_thr": _scalar(inputs, contract.SCORE_THR, DEFAULT_SCORE_THR, float),
@@ -419,55 +419,59 @@ class Logic:
         features = {name: vision[name] for name in contract.PVS_FEATURES}
         out = {}
         if contract.PVS_POINT_COORDS in inputs:
-            out.update(self._click(features, inputs, call))
+            out.update(decode_click(features, inputs, call, self.image_size))
         if contract.PVS_GRID_COORDS in inputs:
-            out.update(self._grid(features, inputs, call))
+            out.update(decode_grid(features, inputs, call, self.grid_batch))
         if not out:
             raise ValueError("an interactive request needs a prompt or grid_coords")
         return out
 
-    def _click(self, features: dict, inputs: dict, call) -> dict:
-        missing = [n for n in contract.PVS_PROMPTS if n not in inputs]
-        if missing:
-            raise ValueError(f"a prompt needs {', '.join(missing)}")
-        prompt = {n: inputs[n] for n in contract.PVS_PROMPTS}
-        result = call(contract.PVS_DECODER, {**features, **prompt}, contract.PVS_DECODER_OUTPUTS)
-        low_res = np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)
-        masks = upsample_threshold(low_res[0], self.image_size, 0.0)
-        return {
-            contract.PVS_IOU: np.asarray(result[contract.PVS_DECODER_IOU], np.float32),
-            contract.PVS_LOW_RES: low_res,
-            contract.MASKS_RLE: np.frombuffer(encode_masks(masks), np.uint8),
-        }
-
-    def _grid(self, features: dict, inputs: dict, call) -> dict:
-        coords = np.asarray(inputs[contract.PVS_GRID_COORDS], np.float32)
-        labels = np.asarray(inputs.get(contract.PVS_GRID_LABELS), np.float32)
-        if coords.ndim != 3 or coords.shape[-1] != 2 or labels.shape != coords.shape[:2]:
-            raise ValueError("grid prompts are coords [N, P, 2] with labels [N, P]")
-        low_res, iou = [], []
-        b = self.grid_batch
-        for start in range(0, len(coords), b):
-            chunk_c, chunk_l = coords[start : start + b], labels[start : start + b]
-            n = len(chunk_c)
-            pad_c = np.zeros((b, *coords.shape[1:]), np.float32)
-            pad_l = np.full((b, labels.shape[1]), -1, np.float32)
-            pad_c[:n], pad_l[:n] = chunk_c, chunk_l
-            result = call(
-                contract.PVS_GRID_DECODER,
-                {**features, contract.PVS_POINT_COORDS: pad_c, contract.PVS_POINT_LABELS: pad_l},
-                contract.PVS_DECODER_OUTPUTS,
-            )
-            low_res.append(np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)[:n])
-            iou.append(np.asarray(result[contract.PVS_DECODER_IOU], np.float32)[:n])
-        return {
-            contract.PVS_GRID_LOW_RES: np.concatenate(low_res),
-            contract.PVS_GRID_IOU: np.concatenate(iou),
-        }
-
     def close(self) -> None:
         self.features.clear()
         self.heads.clear()
+
+
+def decode_click(features: dict, inputs: dict, call, image_size: int) -> dict:
+    """One interactive prompt (points, box, mask input) on held features: 3 candidates."""
+    missing = [n for n in contract.PVS_PROMPTS if n not in inputs]
+    if missing:
+        raise ValueError(f"a prompt needs {', '.join(missing)}")
+    prompt = {n: inputs[n] for n in contract.PVS_PROMPTS}
+    result = call(contract.PVS_DECODER, {**features, **prompt}, contract.PVS_DECODER_OUTPUTS)
+    low_res = np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)
+    masks = upsample_threshold(low_res[0], image_size, 0.0)
+    return {
+        contract.PVS_IOU: np.asarray(result[contract.PVS_DECODER_IOU], np.float32),
+        contract.PVS_LOW_RES: low_res,
+        contract.MASKS_RLE: np.frombuffer(encode_masks(masks), np.uint8),
+    }
+
+
+def decode_grid(features: dict, inputs: dict, call, grid_batch: int) -> dict:
+    """Everything mode's point grid on held features, in batches of the grid graph's size."""
+    coords = np.asarray(inputs[contract.PVS_GRID_COORDS], np.float32)
+    labels = np.asarray(inputs.get(contract.PVS_GRID_LABELS), np.float32)
+    if coords.ndim != 3 or coords.shape[-1] != 2 or labels.shape != coords.shape[:2]:
+        raise ValueError("grid prompts are coords [N, P, 2] with labels [N, P]")
+    low_res, iou = [], []
+    b = grid_batch
+    for start in range(0, len(coords), b):
+        chunk_c, chunk_l = coords[start : start + b], labels[start : start + b]
+        n = len(chunk_c)
+        pad_c = np.zeros((b, *coords.shape[1:]), np.float32)
+        pad_l = np.full((b, labels.shape[1]), -1, np.float32)
+        pad_c[:n], pad_l[:n] = chunk_c, chunk_l
+        result = call(
+            contract.PVS_GRID_DECODER,
+            {**features, contract.PVS_POINT_COORDS: pad_c, contract.PVS_POINT_LABELS: pad_l},
+            contract.PVS_DECODER_OUTPUTS,
+        )
+        low_res.append(np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)[:n])
+        iou.append(np.asarray(result[contract.PVS_DECODER_IOU], np.float32)[:n])
+    return {
+        contract.PVS_GRID_LOW_RES: np.concatenate(low_res),
+        contract.PVS_GRID_IOU: np.concatenate(iou),
+    }
 
 
 def _text(value: str) -> np.ndarray:
@@ -487,7 +491,7 @@ def _scalar(inputs: dict, name: str, default, kind):
     return kind(value[0])
 
 
-def _concepts(inputs: dict, rows: int) -> list[dict]:
+def concept_inputs(inputs: dict, rows: int) -> list[dict]:
     """One {concept_tokens [1,T,D], concept_padding_mask [1,T]} per concept sent."""
     names = contract.CONCEPT_OUTPUTS
     present = [n for n in names if n in inputs]

@@ -14,14 +14,10 @@ import numpy as np
 
 try:  # inside the napari_sam3 package
     from .. import contract
-    from ..masks.rle import encode_masks
-    from .cached import ByteLRU
-    from .postprocess import upsample_threshold
+    from .cached import ByteLRU, decode_click, decode_grid
 except ImportError:  # the copies beside the Triton model
     import contract
-    from cached import ByteLRU
-    from postprocess import upsample_threshold
-    from rle import encode_masks
+    from cached import ByteLRU, decode_click, decode_grid
 
 
 def _image_id(inputs: dict) -> str:
@@ -61,9 +57,9 @@ class Logic:
             )
             self.cache.put(key, features)
         if contract.PVS_POINT_COORDS in inputs:
-            out.update(self._click(self._held(key), inputs, call))
+            out.update(decode_click(self._held(key), inputs, call, self.image_size))
         if contract.PVS_GRID_COORDS in inputs:
-            out.update(self._grid(self._held(key), inputs, call))
+            out.update(decode_grid(self._held(key), inputs, call, self.grid_batch))
         return out
 
     def _held(self, key: str) -> dict:
@@ -74,43 +70,3 @@ class Logic:
                 "(features expire after inactivity or when newer images push them out)"
             )
         return features
-
-    def _click(self, features: dict, inputs: dict, call) -> dict:
-        names = contract.PVS_PROMPTS
-        missing = [n for n in names if n not in inputs]
-        if missing:
-            raise ValueError(f"a prompt needs {', '.join(missing)}")
-        prompt = {n: inputs[n] for n in names}
-        result = call(contract.PVS_DECODER, {**features, **prompt}, contract.PVS_DECODER_OUTPUTS)
-        low_res = np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)
-        masks = upsample_threshold(low_res[0], self.image_size, 0.0)
-        return {
-            contract.PVS_IOU: np.asarray(result[contract.PVS_DECODER_IOU], np.float32),
-            contract.PVS_LOW_RES: low_res,
-            contract.MASKS_RLE: np.frombuffer(encode_masks(masks), np.uint8),
-        }
-
-    def _grid(self, features: dict, inputs: dict, call) -> dict:
-        coords = np.asarray(inputs[contract.PVS_GRID_COORDS], np.float32)
-        labels = np.asarray(inputs.get(contract.PVS_GRID_LABELS), np.float32)
-        if coords.ndim != 3 or coords.shape[-1] != 2 or labels.shape != coords.shape[:2]:
-            raise ValueError("grid prompts are coords [N, P, 2] with labels [N, P]")
-        low_res, iou = [], []
-        b = self.grid_batch
-        for start in range(0, len(coords), b):
-            chunk_c, chunk_l = coords[start : start + b], labels[start : start + b]
-            n = len(chunk_c)
-            pad_c = np.zeros((b, *coords.shape[1:]), np.float32)
-            pad_l = np.full((b, labels.shape[1]), -1, np.float32)
-            pad_c[:n], pad_l[:n] = chunk_c, chunk_l
-            result = call(
-                contract.PVS_GRID_DECODER,
-                {**features, contract.PVS_POINT_COORDS: pad_c, contract.PVS_POINT_LABELS: pad_l},
-                contract.PVS_DECODER_OUTPUTS,
-            )
-            low_res.append(np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)[:n])
-            iou.append(np.asarray(result[contract.PVS_DECODER_IOU], np.float32)[:n])
-        return {
-            contract.PVS_GRID_LOW_RES: np.concatenate(low_res),
-            contract.PVS_GRID_IOU: np.concatenate(iou),
-        }

@@ -15,8 +15,10 @@ import numpy as np
 try:  # inside the napari_sam3 package
     from .. import contract
     from ..masks.rle import RleMasks, decode_masks
+    from .cached import concept_inputs
 except ImportError:  # the copies beside the Triton model
     import contract
+    from cached import concept_inputs
     from rle import RleMasks, decode_masks
 
 OPTIONS = (contract.SCORE_THR, contract.MASK_THR, contract.MAX_DET)
@@ -45,7 +47,7 @@ class Logic:
             contract.EXEMPLAR_VALID: np.zeros((1, self.slots), np.bool_),
         }
         options = {name: inputs[name] for name in OPTIONS if name in inputs}
-        concepts = _concepts(inputs, len(tokens))
+        concepts = concept_inputs(inputs, len(tokens))
         first_concept = len(tokens) - len(concepts)
         scores, boxes, masks, counts = [], [], [], []
         for i, row in enumerate(tokens):
@@ -75,23 +77,3 @@ class Logic:
             ),
             contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
         }
-
-
-def _concepts(inputs: dict, rows: int) -> list[dict]:
-    """One {concept_tokens [1,T,D], concept_padding_mask [1,T]} per concept sent."""
-    names = (contract.CONCEPT_TOKENS_NAME, contract.CONCEPT_PADDING_MASK)
-    present = [n for n in names if n in inputs]
-    if not present:
-        return []
-    if len(present) != 2:
-        raise ValueError(f"send both {names[0]} and {names[1]}, or neither")
-    tokens = np.asarray(inputs[names[0]], np.float32)
-    padding = np.asarray(inputs[names[1]], np.bool_)
-    if len(tokens) != len(padding):
-        raise ValueError(f"{len(tokens)} concept token sets but {len(padding)} padding masks")
-    if len(tokens) > rows:
-        raise ValueError(
-            f"{len(tokens)} concepts but only {rows} rows of {contract.TOKEN_IDS}: each concept "
-            "needs its text row (the last rows)"
-        )
-    return [{names[0]: tokens[c : c + 1], names[1]: padding[c : c + 1]} for c in range(len(tokens))]
