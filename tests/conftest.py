@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,31 @@ def sam3_serve():
     yield start
     for serve in started:
         serve.stop()
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory) -> Path:
+    """A test CA; a server certificate for localhost / 127.0.0.1 / ::1 and a client certificate
+    signed by it; and a second CA that signed nothing here."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make test certificates")
+    d = tmp_path_factory.mktemp("certs")
+    for ca in ("ca", "other_ca"):
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
+                 "-out", f"{ca}.pem", "-days", "2", "-subj", f"/CN=sam3 test {ca}",
+                 cwd=d)  # fmt: skip
+    (d / "server.ext").write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\nextendedKeyUsage=serverAuth\n"
+    )
+    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for who in ("server", "client"):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out",
+                 f"{who}.csr", "-subj", f"/CN={who}", cwd=d)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{who}.pem", "-days", "2", "-extfile",
+                 f"{who}.ext", cwd=d)  # fmt: skip
+    return d

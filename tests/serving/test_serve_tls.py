@@ -22,31 +22,6 @@ HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spe
 needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Path:
-    """A test CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make test certificates")
-    d = tmp_path_factory.mktemp("certs")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-             "ca.pem", "-days", "2", "-subj", "/CN=sam3 test CA", cwd=d)  # fmt: skip
-    (d / "server.ext").write_text(
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
-    )
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for who in ("server", "client"):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out",
-                 f"{who}.csr", "-subj", f"/CN={who}", cwd=d)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{who}.pem", "-days", "2", "-extfile",
-                 f"{who}.ext", cwd=d)  # fmt: skip
-    return d
-
-
 def _grpc(address: str, **tls):
     import tritonclient.grpc as grpcclient
 
