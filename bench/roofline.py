@@ -40,10 +40,10 @@ STAGE_GRAPHS = ("sam3_unified_encoder", "sam3_text", "sam3_decoder", "sam3_pvs_d
 def gemm_rates(threads: int, repeat: int = 5) -> dict[str, tuple[float, float]]:
     """{engine/precision: (FLOP per wall second, FLOP per CPU second)}: on a shared machine the
     second is the steadier one (other processes take wall time, not this process's CPU time)."""
-    import openvino as ov
-    from openvino import opset13 as ops
+    from napari_sam3.triton_models.host import detect, import_openvino
 
-    from napari_sam3.triton_models.onnx_runner import native_bf16
+    ov = import_openvino()
+    from openvino import opset13 as ops
 
     m, k, n = GEMM_SHAPE
     flops = 2.0 * m * k * n
@@ -51,7 +51,7 @@ def gemm_rates(threads: int, repeat: int = 5) -> dict[str, tuple[float, float]]:
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     rates = {}
-    native, _ = native_bf16()
+    native, _ = detect().native_bf16()
     param = ops.parameter([m, k], np.float32, name="a")
     model = ov.Model([ops.matmul(param, ops.constant(b), False, False)], [param], "gemm")
     for precision, hint in (("fp32", "f32"), ("bf16", "bf16")):
@@ -272,11 +272,12 @@ def main() -> None:
         child(args)
         return
     from napari_sam3 import contract
-    from napari_sam3.triton_models.onnx_runner import cpu_flags, native_bf16
+    from napari_sam3.triton_models.host import detect
 
     repo = tiny_repository(args.repo)
-    native, why = native_bf16()
-    wanted = sorted(f for f in cpu_flags() if f.startswith(("avx512", "amx", "avx2")))
+    host = detect()
+    native, why = host.native_bf16()
+    wanted = sorted(f for f in host.cpu_flags if f.startswith(("avx512", "amx", "avx2")))
     print(f"CPU flags: {' '.join(wanted) or '-'}; native bf16: {native} ({why})")
     rates = gemm_child(args.threads)
     print(f"\nGEMM {'x'.join(map(str, GEMM_SHAPE))}, {args.threads} threads:")

@@ -175,3 +175,42 @@ def certs(tmp_path_factory) -> Path:
                  "-CAcreateserial", "-out", f"{who}.pem", "-days", "2", "-extfile",
                  f"{who}.ext", cwd=d)  # fmt: skip
     return d
+
+
+# -- hosts: every host-dependent branch runs on any machine ----------------------------------
+def _hosts():
+    """Two machines described with the libraries' real values: flag names as the kernel prints
+    them, OpenVINO's CPU capability names, ONNX Runtime's provider names."""
+    from napari_sam3.triton_models.host import CPU_PROVIDER, Host
+
+    common = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})
+    version = "2026.4.1"
+    avx2 = Host(common, version, ("WINOGRAD", "FP32", "INT8", "BIN", "EXPORT_IMPORT"),
+                (CPU_PROVIDER,))  # fmt: skip
+    native = Host(
+        common | {"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"},
+        version,
+        ("BF16", "WINOGRAD", "FP32", "INT8", "BIN", "EXPORT_IMPORT"),
+        (CPU_PROVIDER,),
+    )
+    return {"avx2": avx2, "native_bf16": native}
+
+
+HOSTS = _hosts()
+
+
+@pytest.fixture(scope="session")
+def hosts():
+    """{"avx2": Host, "native_bf16": Host}: the two kinds of machine, described."""
+    return dict(HOSTS)
+
+
+@pytest.fixture(params=sorted(HOSTS))
+def any_host(request, monkeypatch):
+    """Runs the test once as an AVX2-only machine and once as a native-bf16 one: every
+    decision that reads `host.detect()` sees that machine (compiling still happens on this one)."""
+    from napari_sam3.triton_models import host
+
+    chosen = HOSTS[request.param]
+    monkeypatch.setattr(host, "detect", lambda: chosen)
+    return chosen

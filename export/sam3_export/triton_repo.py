@@ -145,7 +145,7 @@ def _graph_model(
     else:
         _instances(config, "KIND_CPU" if device == "cpu" else "KIND_GPU")
         _set_parameters(config, {"runtime": runtime, "precision": precision})
-        _python_model(out_dir / name, config, "onnx_runner")
+        _python_model(out_dir / name, config, "onnx_runner", ("host",))
     return inputs, outputs
 
 
@@ -345,6 +345,7 @@ def _cached(out_dir: Path, sig: dict, manifest: contract.Manifest, options: list
     outputs = [
         (contract.CACHE_STATUS, "TYPE_STRING", [1]),
         (contract.CACHE_INFO, "TYPE_STRING", [1]),
+        (contract.CACHE_MODEL_ID, "TYPE_STRING", [1]),
         *_result_outputs(),
         (contract.KEYWORD_COUNTS, "TYPE_INT32", [-1]),
         *[

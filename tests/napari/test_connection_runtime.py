@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from napari_sam3.triton_models.onnx_runner import native_bf16
-
 pytestmark = pytest.mark.napari
 
 
@@ -21,20 +19,23 @@ def test_runtime_choice_is_used_shown_and_remembered(make_napari_viewer, sam3_re
     ui.run(widget, widget.connect_button)
 
     assert STATE.client is not None and widget.last_error is None
-    assert STATE.client.engine.runtime_summary() == "onnxruntime/fp32"
-    assert "runtime: onnxruntime/fp32 (" in widget.info.value  # with the reason
-    assert "runtime=onnxruntime/fp32" in repr(STATE.client)
+    line = STATE.client.engine.runtime_summary()
+    assert line.startswith("onnxruntime fp32: encoder, text")
+    assert f"runtime: {line}. Why: " in widget.info.value  # with the reason
+    assert f"runtime={line}" in repr(STATE.client)
     saved = load_connection()
     assert (saved.runtime, saved.precision) == ("onnxruntime", "fp32")
     again = ConnectionWidget(make_napari_viewer())
     assert (again.runtime.value, again.precision.value) == ("onnxruntime", "fp32")
 
 
-@pytest.mark.skipif(native_bf16()[0], reason="this CPU computes bf16 natively")
 def test_bf16_on_a_cpu_without_it_is_reported_not_downgraded(
-    make_napari_viewer, sam3_repository, ui
+    make_napari_viewer, sam3_repository, ui, hosts, monkeypatch
 ):
+    from napari_sam3.triton_models import host
     from napari_sam3.widgets import ConnectionWidget
+
+    monkeypatch.setattr(host, "detect", lambda: hosts["avx2"])
     from napari_sam3.widgets._common import STATE
 
     widget = ConnectionWidget(make_napari_viewer())

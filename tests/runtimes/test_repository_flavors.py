@@ -64,7 +64,8 @@ def test_the_embedded_engine_runs_the_openvino_flavor(tiny_repository, tmp_path,
     got = engine.infer(contract.TEXT, feed)[contract.TEXT_FEATURES]
     want = reference.infer(contract.TEXT, feed)[contract.TEXT_FEATURES]
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
-    assert engine.runtime_summary() == "openvino/fp32"
+    assert engine.runtime_summary().startswith("openvino fp32: encoder, text, decoder")
+    assert "bf16" not in engine.runtime_summary()
 
 
 def test_python_flavor_writes_the_choice_into_the_graph_configs(tiny_repository, tmp_path):

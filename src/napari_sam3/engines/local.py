@@ -71,17 +71,15 @@ class LocalEngine:
         return f"local:{self.repository}"
 
     def runtime_summary(self, reasons: bool = False) -> str:
-        """What runs the graphs: 'openvino/bf16', or the most common choice and the exceptions
-        ('openvino/bf16; sam3_decoder openvino/fp32'); with `reasons`, why each was picked."""
-        if not self.choices:
-            return "no ONNX graphs"
-        common, _ = Counter(str(c) for c in self.choices.values()).most_common(1)[0]
-        parts = [common]
-        parts += [f"{g} {c}" for g, c in sorted(self.choices.items()) if str(c) != common]
-        text = "; ".join(parts)
-        if reasons:
-            why = sorted({c.reason for c in self.choices.values()})
-            text += " (" + " | ".join(why) + ")"
+        """What runs the graphs, one short line ('openvino bf16: encoder, text, PVS; fp32:
+        decoder, ...'); with `reasons`, why (each reason once). Graphs compile on first use,
+        so a graph that fell back to fp32 then shows as fp32 from then on."""
+        from ..triton_models import onnx_runner
+
+        choices = dict(self.choices)  # no lock: a graph compiling holds it for seconds
+        text = onnx_runner.summary(choices)
+        if reasons and choices:
+            text += ". Why: " + onnx_runner.reasons(choices)
         return text
 
     def config(self, model_name: str) -> ModelConfig:
@@ -193,9 +191,11 @@ class LocalEngine:
 
             if self.threads:
                 parameters["intra_op_threads"] = str(self.threads)
-            choice = self.choices[config.name]
-            parameters.update(runtime=choice.runtime, precision=choice.precision)
-            return onnx_runner.Logic(str(version_dir), parameters)
+            # the runtime as resolved, the precision as asked: only an explicit bf16 may fail
+            parameters.update(runtime=self.choices[config.name].runtime, precision=self.precision)
+            logic = onnx_runner.Logic(str(version_dir), parameters)
+            self.choices[config.name] = logic.choice  # as compiled (auto may fall back)
+            return logic
         module_name = parameters.get("logic_module")
         if config.backend != "python" or not module_name:
             raise ValueError(

@@ -15,7 +15,6 @@ This file is copied beside each Triton Python model, so it imports nothing from 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import threading
@@ -23,6 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+if __package__:  # inside napari_sam3
+    from . import host as _host
+else:  # the copy beside a Triton Python model, where its siblings are plain modules
+    import host as _host
 
 ONNXRUNTIME = "onnxruntime"
 OPENVINO = "openvino"
@@ -45,8 +49,18 @@ BF16_GRAPHS = frozenset(
         "sam3_pvs_decoder_grid",
     }
 )
-_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 _OV_PRECISION = {FP32: "f32", BF16: "bf16"}
+# The one-line summary names graphs by what they do (docs/serving.md#precision)
+SHORT_NAMES = {
+    "sam3_unified_encoder": "encoder",
+    "sam3_text": "text",
+    "sam3_decoder": "decoder",
+    "sam3_decoder_ct": "concept decoder",
+    "sam3_concept_encoder": "concept encoder",
+    "sam3_pvs_decoder": "PVS",
+    "sam3_pvs_decoder_grid": "PVS",
+}
+PRECISION_DOC = "docs/serving.md#precision"
 
 
 class PrecisionUnavailable(ValueError):
@@ -68,119 +82,103 @@ def check_choice(runtime: str, precision: str) -> None:
         )
 
 
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
-
-
-def native_bf16(flags: frozenset[str] | None = None) -> tuple[bool, str]:
-    """(whether this CPU computes bf16 natively, why). OpenVINO's own capability list must agree:
-    without it, OpenVINO silently runs fp32 whatever precision hint it is given."""
-    return _native_bf16(cpu_flags() if flags is None else flags)
-
-
-@functools.lru_cache(maxsize=8)
-def _native_bf16(flags: frozenset[str]) -> tuple[bool, str]:
-    present = [f for f in _BF16_CPU_FLAGS if f in flags]
-    if not present:
-        return False, "this CPU has neither AVX512_BF16 nor AMX (no avx512_bf16/amx_bf16 flag)"
-    try:
-        import openvino as ov
-
-        capabilities = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except ImportError:
-        return True, f"CPU flags {', '.join(present)}"
-    if "BF16" not in capabilities:
-        return False, f"OpenVINO does not list BF16 for this CPU (flags {', '.join(present)})"
-    return True, f"CPU flags {', '.join(present)}; OpenVINO lists BF16"
-
-
-def _has_openvino() -> bool:
-    try:
-        import openvino  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _ort_providers() -> list[str]:
-    import onnxruntime as ort
-
-    return [
-        p
-        for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
-        if p in ort.get_available_providers()
-    ]
-
-
 @dataclass(frozen=True)
 class Choice:
     runtime: str
     precision: str
     reason: str
+    asked: str = AUTO  # the precision the caller asked for: only an explicit bf16 may fail
 
     def __str__(self) -> str:
         return f"{self.runtime}/{self.precision}"
+
+    def fell_back(self, why: str) -> Choice:
+        """This choice at fp32, because bf16 could not be compiled or verified."""
+        return Choice(self.runtime, FP32, f"{self.reason}; fp32 because {why}", self.asked)
 
 
 def choose(
     graph: str,
     runtime: str = AUTO,
     precision: str = AUTO,
-    *,
-    bf16: tuple[bool, str] | None = None,
-    openvino_installed: bool | None = None,
-    cuda: bool | None = None,
+    host: _host.Host | None = None,
 ) -> Choice:
-    """The runtime and precision `graph` runs at, with the reason. The keyword arguments
-    override what is detected on this machine (tests, other machines' rules)."""
+    """The runtime and precision `graph` runs at, with the reason, on `host` (this machine by
+    default: `host.detect()`; tests pass other machines)."""
     check_choice(runtime, precision)
+    host = _host.detect() if host is None else host
     reasons = []
     if runtime == AUTO:
-        cuda = "CUDAExecutionProvider" in _ort_providers() if cuda is None else cuda
-        openvino_installed = _has_openvino() if openvino_installed is None else openvino_installed
-        if cuda and precision != BF16:
+        if host.cuda and precision != BF16:
             runtime = ONNXRUNTIME
             reasons.append("ONNX Runtime's CUDA provider is present")
-        elif openvino_installed:
+        elif host.openvino:
             runtime = OPENVINO
-            reasons.append(
-                "OpenVINO: less CPU time than ONNX Runtime on the full-size encoder "
-                "(1.14-1.19x, docs/benchmarks.md)"
-            )
+            reasons.append("OpenVINO: less CPU time than ONNX Runtime (docs/benchmarks.md)")
         else:
             runtime = ONNXRUNTIME
             reasons.append("OpenVINO is not installed")
     if precision == FP32:
-        return Choice(runtime, FP32, "; ".join(reasons + ["fp32 asked for"]))
+        return Choice(runtime, FP32, "; ".join(reasons + ["fp32 asked for"]), FP32)
     if runtime == ONNXRUNTIME:
         if precision == BF16:
             raise PrecisionUnavailable(
                 "ONNX Runtime runs these fp32 graphs at fp32 only; bf16 needs runtime='openvino' "
-                "(or precision='fp32' / 'auto')"
+                "(or use precision='fp32' or 'auto')"
             )
         return Choice(runtime, FP32, "; ".join(reasons + ["ONNX Runtime runs fp32"]))
-    native, why = native_bf16() if bf16 is None else bf16
+    native, why = host.native_bf16()
     if precision == BF16:
         if not native:
             raise PrecisionUnavailable(
                 f"bf16 asked for, but {why}: OpenVINO would silently compute fp32. "
-                "Use precision='fp32' (or 'auto', which falls back and says so)"
+                "Use precision='fp32' (or 'auto', which falls back to fp32 and says so)"
             )
-        return Choice(runtime, BF16, "; ".join(reasons + [f"bf16 asked for ({why})"]))
+        return Choice(runtime, BF16, "; ".join(reasons + [f"bf16 asked for, {why}"]), BF16)
     if not native:
         return Choice(runtime, FP32, "; ".join(reasons + [f"fp32 because {why}"]))
     if graph not in BF16_GRAPHS:
-        return Choice(
-            runtime, FP32, "; ".join(reasons + [f"fp32: {graph} is not measured to hold in bf16"])
-        )
-    return Choice(runtime, BF16, "; ".join(reasons + [f"bf16: native ({why})"]))
+        return Choice(runtime, FP32, "; ".join(reasons + ["fp32: not measured to hold in bf16"]))
+    return Choice(runtime, BF16, "; ".join(reasons + [why]))
+
+
+def summary(choices: dict[str, Choice]) -> str:
+    """One short line: 'openvino bf16: encoder, text, PVS; fp32: decoder, ... (docs/...)'.
+
+    One part per distinct runtime and precision, graphs by their short names; the same line in
+    `repr(client)`, the CLI and the panel.
+    """
+    if not choices:
+        return "no ONNX graphs"
+    groups: dict[tuple[str, str], list[str]] = {}
+    for graph, choice in choices.items():
+        names = groups.setdefault((choice.runtime, choice.precision), [])
+        name = SHORT_NAMES.get(graph, graph)
+        if name not in names:
+            names.append(name)
+    order = list(SHORT_NAMES.values())
+    parts, previous_runtime = [], None
+    for (runtime, precision), names in sorted(groups.items(), key=lambda kv: _group_order(kv[0])):
+        names.sort(key=lambda n: order.index(n) if n in order else len(order))
+        label = precision if runtime == previous_runtime else f"{runtime} {precision}"
+        parts.append(f"{label}: {', '.join(names)}")
+        previous_runtime = runtime
+    return "; ".join(parts) + f" ({PRECISION_DOC})"
+
+
+def _group_order(key: tuple[str, str]) -> tuple[int, int]:
+    runtime, precision = key
+    return RUNTIMES.index(runtime) if runtime in RUNTIMES else 9, -PRECISIONS.index(precision)
+
+
+def reasons(choices: dict[str, Choice]) -> str:
+    """Why, each distinct reason once (the details behind `summary`)."""
+    seen: list[str] = []
+    for choice in choices.values():
+        for part in choice.reason.split("; "):
+            if part not in seen:
+                seen.append(part)
+    return "; ".join(seen)
 
 
 def default_cache_dir() -> Path:
@@ -192,6 +190,11 @@ def default_cache_dir() -> Path:
     except ImportError:  # the copy beside a Triton model, in an environment without platformdirs
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "napari-sam3"
     return base / "openvino"
+
+
+def _ort_providers() -> list[str]:
+    available = _host.detect().ort_providers
+    return [p for p in (_host.CUDA_PROVIDER, _host.CPU_PROVIDER) if p in available]
 
 
 def make_session(path: str, threads: int = 0):
@@ -233,33 +236,83 @@ def _graph_signature(path: Path) -> str:
     return digest.hexdigest()
 
 
+def compiled_precision(reported) -> str:
+    """OpenVINO's `INFERENCE_PRECISION_HINT` of a compiled model as "bf16" / "fp32" (another
+    type by OpenVINO's own short name). OpenVINO answers a type object (`ov.Type.bf16`, whose
+    str() is "<Type: 'bfloat16'>"), so it is compared with OpenVINO's types, never as text."""
+    ov = _host.import_openvino()
+    for name, ov_type in ((BF16, ov.Type.bf16), (FP32, ov.Type.f32)):
+        if reported == ov_type:
+            return name
+    to_string = getattr(reported, "to_string", None)
+    return to_string() if callable(to_string) else str(reported)
+
+
+def verify_precision(choice: Choice, reported, graph: str) -> Choice:
+    """`choice` as OpenVINO compiled it (`reported`: the compiled model's precision hint).
+
+    Under `auto` a graph compiled at another precision than planned runs at what it was
+    compiled at, and the choice says so; an explicit precision that did not hold is an error.
+    """
+    got = compiled_precision(reported)
+    if got == choice.precision:
+        return choice
+    if choice.asked != AUTO:
+        raise PrecisionUnavailable(
+            f"{choice.asked} asked for, but OpenVINO compiled {graph} at {got} on this CPU "
+            f"({_host.detect().native_bf16()[1]}). Use precision='fp32' (or 'auto', which falls "
+            "back and says so)"
+        )
+    return Choice(
+        choice.runtime,
+        got,
+        f"{choice.reason}; {got} because OpenVINO compiled it at {got}",
+        choice.asked,
+    )
+
+
+def _ov_config(precision: str, threads: int) -> dict:
+    config = {"INFERENCE_PRECISION_HINT": _OV_PRECISION[precision], "PERFORMANCE_HINT": "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    return config
+
+
+def compile_openvino(core, path: str, choice: Choice, threads: int = 0, graph: str = ""):
+    """(compiled model, the choice as compiled). Under `auto`, a graph that fails to compile in
+    bf16 is compiled in fp32 and the choice says why; an explicit bf16 fails."""
+    try:
+        compiled = core.compile_model(path, "CPU", _ov_config(choice.precision, threads))
+    except Exception as error:  # noqa: BLE001 - OpenVINO raises its own types
+        if choice.precision != BF16 or choice.asked == BF16:
+            raise
+        choice = choice.fell_back(f"OpenVINO could not compile it in bf16 ({_gist(error)})")
+        compiled = core.compile_model(path, "CPU", _ov_config(FP32, threads))
+    return compiled, verify_precision(
+        choice, compiled.get_property("INFERENCE_PRECISION_HINT"), graph or path
+    )
+
+
 class OpenVinoRunner:
     def __init__(
-        self, path: str, precision: str, threads: int = 0, cache_dir: str | Path | None = None
+        self,
+        path: str,
+        choice: Choice,
+        threads: int = 0,
+        cache_dir: str | Path | None = None,
+        graph: str = "",
     ) -> None:
-        import openvino as ov
-
+        ov = _host.import_openvino()
         core = ov.Core()
         base = Path(cache_dir) if cache_dir else default_cache_dir()
         self.cache_dir = base / _graph_signature(Path(path))
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         core.set_property({"CACHE_DIR": str(self.cache_dir)})
-        config = {
-            "INFERENCE_PRECISION_HINT": _OV_PRECISION[precision],
-            "PERFORMANCE_HINT": "LATENCY",
-        }
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = int(threads)
         # Compiled from the path, OpenVINO checks its cache before reading the file: full-size
         # encoder, warm cache 7.4 s and 3.8 GB RSS, against 8.9 s and 5.6 GB through read_model
         # (cold: ~20 s either way). OpenVINO's own key for a path did not see a same-size file
         # rewritten in place (a stale blob answered), hence the signature folder above.
-        self.compiled = core.compile_model(path, "CPU", config)
-        compiled_precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
-        if precision == BF16 and "bf16" not in compiled_precision:
-            raise PrecisionUnavailable(
-                f"OpenVINO compiled {path} at {compiled_precision}, not bf16, on this CPU"
-            )
+        self.compiled, self.choice = compile_openvino(core, path, choice, threads, graph)
         self.input_names = [p.get_any_name() for p in self.compiled.inputs]
         self.output_names = [p.get_any_name() for p in self.compiled.outputs]
         self.device = "CPU"
@@ -279,14 +332,17 @@ def make_runner(
     threads: int = 0,
     cache_dir: str | Path | None = None,
     graph: str | None = None,
+    choice: Choice | None = None,
 ):
-    """A runner for the graph at `path`: `.run(feed) -> {output name: array}`, `.choice`."""
+    """A runner for the graph at `path`: `.run(feed) -> {output name: array}`, `.choice` (what
+    it runs at, after compiling). `choice` (from `choose`) replaces runtime and precision."""
     path = str(path)
     graph = graph or Path(path).parent.parent.name
-    choice = choose(graph, runtime, precision)
+    choice = choice or choose(graph, runtime, precision)
     try:
         if choice.runtime == OPENVINO:
-            runner = OpenVinoRunner(path, choice.precision, threads, cache_dir)
+            runner = OpenVinoRunner(path, choice, threads, cache_dir, graph)
+            choice = runner.choice
         else:
             runner = OrtRunner(path, threads)
     except PrecisionUnavailable:
