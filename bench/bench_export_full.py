@@ -78,11 +78,13 @@ def main() -> None:
     for name in ("onnxscript", "onnx_ir", "torch.onnx"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
-    import onnxruntime as ort
     import torch
 
     from napari_sam3 import contract
+    from napari_sam3.triton_models.host import import_onnxruntime
     from sam3_export.model import build_sam3, model_id
+
+    ort = import_onnxruntime()
     from sam3_export.patches import no_pin_memory
     from sam3_export.pipeline import export_all
 

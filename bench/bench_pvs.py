@@ -28,10 +28,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from napari_sam3 import contract
 from napari_sam3.automatic import generate_masks
+from napari_sam3.triton_models.host import import_onnxruntime
+
+ort = import_onnxruntime()  # telemetry off first
 
 # ONNX Runtime's CPU SkipLayerNormalization kernel (Add + LayerNorm fused) measured 5.5x slower
 # than the unfused pair on the decoder's [1, 5184, 256] residuals. The graphs avoid that fusion

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import importlib
 
+from .triton_models.host import decline_telemetry
+
 __version__ = "0.1.0"
+
+# Before anything can import ONNX Runtime: no usage telemetry (README, "No network").
+decline_telemetry()
 
 _EXPORTS = {
     "read_raster": "raster",
@@ -26,6 +31,7 @@ _EXPORTS = {
     "dedup_masks": "masks.dedup",
     "Sam3Client": "client",
     "Concept": "concept",
+    "ModelChanged": "cache",
     "masks_to_labels": "gis",
     "to_geodataframe": "gis",
     "write_vector": "gis",

@@ -40,10 +40,13 @@ def _text_features(client) -> np.ndarray:
 
 
 def _direct_text_features(repository: Path) -> np.ndarray:
-    import onnxruntime as ort
+    """The text graph run in this process as the server runs it (same runtime and precision)."""
+    from napari_sam3.engines.model_config import load_model_configs
+    from napari_sam3.triton_models import onnx_runner
 
-    session = ort.InferenceSession(str(contract.graph_path(repository, contract.TEXT)))
-    return session.run([contract.TEXT_FEATURES], {contract.TOKEN_IDS: tokenize("building")})[0]
+    config = load_model_configs(repository)[contract.TEXT]
+    logic = onnx_runner.Logic(str(repository / contract.TEXT / "1"), config.parameters)
+    return logic.run({contract.TOKEN_IDS: tokenize("building")})[contract.TEXT_FEATURES]
 
 
 def _refused(client) -> str:

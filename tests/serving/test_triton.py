@@ -92,13 +92,16 @@ def test_segment_ensemble_equals_graphs_run_directly(triton_client, tiny_reposit
     inputs[contract.SCORE_THR] = np.array([0.0], np.float32)
     served = triton_client.engine.infer(contract.SEGMENT, inputs, contract.RESULT_OUTPUTS)
 
-    import onnxruntime as ort
+    from napari_sam3.engines.model_config import load_model_configs
+    from napari_sam3.triton_models import onnx_runner
+
+    configs = load_model_configs(tiny_repository)
 
     def run(name, feeds):
-        session = ort.InferenceSession(str(contract.graph_path(tiny_repository, name)))
-        names = [o.name for o in session.get_outputs()]
-        wanted = {i.name for i in session.get_inputs()}
-        return dict(zip(names, session.run(names, {k: feeds[k] for k in wanted}), strict=True))
+        # the graph as the server runs it: same runner, runtime and precision (bf16 on a CPU
+        # that has it), so the comparison is of the ensemble's wiring, not of precisions
+        logic = onnx_runner.Logic(str(tiny_repository / name / "1"), configs[name].parameters)
+        return logic.run({k: feeds[k] for k in logic.inputs})
 
     feeds = dict(inputs)
     feeds.update(run(contract.ENCODER, feeds))

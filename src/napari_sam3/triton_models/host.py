@@ -6,8 +6,8 @@ reads this machine once; tests build a `Host` by hand with the libraries' real v
 names as the kernel prints them, OpenVINO's capability names, ONNX Runtime's provider names), so
 both sides of every branch run on any machine.
 
-OpenVINO is imported through `import_openvino()` only: importing it otherwise sends usage
-telemetry (README, "No network").
+OpenVINO and ONNX Runtime are imported through `import_openvino()` / `import_onnxruntime()`
+only: imported otherwise, both send usage telemetry (README, "No network").
 
 This file is copied beside each Triton Python model (with onnx_runner.py), so it imports nothing
 from napari_sam3.
@@ -28,7 +28,26 @@ VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
 
+# ONNX Runtime (1.29 and later) uploads usage events from Linux and macOS too, unless this is
+# set before it initialises: its documented opt-out (ONNX Runtime's docs/Privacy.md), latched
+# for the process and inherited by child processes (tritonserver and its Python stubs).
+ORT_TELEMETRY_SWITCH = "ORT_DISABLE_TELEMETRY"
+
 _import_lock = threading.Lock()
+
+
+def decline_telemetry() -> None:
+    """Switch ONNX Runtime's telemetry off for this process and its children (an explicit
+    setting of the user's is kept)."""
+    os.environ.setdefault(ORT_TELEMETRY_SWITCH, "1")
+
+
+def import_onnxruntime():
+    """`onnxruntime`, with its telemetry switched off first."""
+    decline_telemetry()
+    import onnxruntime
+
+    return onnxruntime
 
 
 def import_openvino():
@@ -144,8 +163,7 @@ def detect() -> Host:
         except RuntimeError:  # no CPU plugin: OpenVINO cannot run here at all
             version = None
     try:
-        import onnxruntime as ort
-
+        ort = import_onnxruntime()
         providers = tuple(ort.get_available_providers())
     except ImportError:
         providers = ()

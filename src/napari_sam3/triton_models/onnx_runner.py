@@ -198,8 +198,7 @@ def _ort_providers() -> list[str]:
 
 
 def make_session(path: str, threads: int = 0):
-    import onnxruntime as ort
-
+    ort = _host.import_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads:
