@@ -9,13 +9,12 @@ pytestmark = pytest.mark.napari
 
 def test_connect_embedded_and_remember(make_napari_viewer, sam3_repository, ui):
     from napari_sam3.settings import load_connection
-    from napari_sam3.widgets import ConnectionWidget, SegmentWidget
+    from napari_sam3.widgets import ConnectionWidget
     from napari_sam3.widgets._common import STATE
     from napari_sam3.widgets.connection import EMBEDDED
 
     viewer = make_napari_viewer()
-    segment = SegmentWidget(viewer)
-    viewer.window.add_dock_widget(segment)
+    _dock, panel = viewer.window.add_plugin_dock_widget("napari-sam3", "SAM3")
     widget = ConnectionWidget(viewer)
     viewer.window.add_dock_widget(widget)
     assert widget.engine.value == EMBEDDED
@@ -23,7 +22,7 @@ def test_connect_embedded_and_remember(make_napari_viewer, sam3_repository, ui):
     ui.run(widget, widget.connect_button)
 
     assert STATE.client is not None
-    assert "RANDOM WEIGHTS" in widget.model.value and "RANDOM WEIGHTS" in segment.model.value
+    assert "RANDOM WEIGHTS" in widget.model.value and "RANDOM WEIGHTS" in panel.model.value
     assert "exemplar slots: 8" in widget.info.value
     saved = load_connection()
     assert (saved.engine, saved.repository) == ("embedded", str(sam3_repository))

@@ -158,3 +158,46 @@ def test_stack_bands_by_name_with_the_displayed_stretch():
     )
     with pytest.raises(ValueError, match="no band named 'B11'"):
         _layers.model_image(viewer, viewer.layers[0], "B11")
+
+
+def test_paint_new_labels_goes_around_labels_and_undoes_in_one_step():
+    viewer = ViewerModel()
+    mine = np.zeros((10, 12), np.int32)
+    mine[0:3, 0:3] = 4
+    # The analyst's features without an index column: napari reads row i as label i.
+    features = pd.DataFrame({"note": [f"row {i}" for i in range(5)]})
+    layer = viewer.add_labels(mine.copy(), name="mine", features=features)
+    a = np.nonzero(np.pad(np.ones((4, 4), bool), ((0, 6), (0, 8))))  # rows/cols 0..3
+    b = np.nonzero(np.pad(np.ones((4, 4), bool), ((2, 4), (2, 6))))  # rows/cols 2..5
+    wholly_on_theirs = (np.array([0, 1]), np.array([0, 1]))
+    geo = {"crs": "EPSG:32633", "transform": [10.0, 0.0, 0.0, 0.0, -10.0, 0.0]}
+    painted = _layers.paint_new_labels(
+        layer,
+        [(*a, {"score": 0.9, "keyword": "roof"}), (*wholly_on_theirs, {}), (*b, {"score": 0.5})],
+        georeference=geo,
+    )
+    expected = mine.copy()
+    expected[0:4, 0:4][mine[0:4, 0:4] == 0] = 5  # around the analyst's 4
+    expected[2:6, 2:6][expected[2:6, 2:6] == 0] = 6  # around 4 and the earlier object too
+    np.testing.assert_array_equal(layer.data, expected)
+    assert painted.ids == [5, 6], "the object wholly on their labels gets no id"
+    added = layer.features.iloc[-2:]
+    assert added["index"].tolist() == [5, 6] and added["keyword"].tolist() == ["roof", ""]
+    assert added["area"].tolist() == [np.count_nonzero(expected == i) for i in (5, 6)]
+    assert layer.features["index"].tolist()[:5] == [0, 1, 2, 3, 4]
+    assert layer.metadata["crs"] == "EPSG:32633"
+    layer.undo()  # one step
+    np.testing.assert_array_equal(layer.data, mine)
+    layer.redo()
+
+    layer.data_setitem((np.array([3]), np.array([3])), 4)  # painted over object 5 since
+    _layers.take_back(painted)
+    expected = mine.copy()
+    expected[3, 3] = 4
+    np.testing.assert_array_equal(layer.data, expected)
+    assert 5 not in layer.features["index"].tolist() and 6 not in layer.features["index"].tolist()
+
+    over = _layers.paint_new_labels(layer, [(*a, {})], overwrite=True)
+    assert over.ids == [5] and np.all(layer.data[0:4, 0:4] == 5)
+    _layers.take_back(over)
+    np.testing.assert_array_equal(layer.data, expected)

@@ -71,11 +71,100 @@ def test_keywords_share_one_multi_call_and_match_the_library(
         assert len(shown) == 1
         colours[keyword] = shown.pop()
     assert len(set(colours.values())) == 3, "each keyword its own colour"
+    counts = frame["keyword"].value_counts()
+    assert text.status.value.startswith(
+        f"building: {counts['building']}, road: {counts['road']}, field: {counts['field']} "
+        "-> 3 layer(s)"
+    ), text.status.value
     assert text.status.value.endswith("(features cached)") or text.status.value.endswith(
         "(image encoded)"
     )
     ui.run(text, text.run_button)  # the same image again: its features are held
     assert text.status.value.endswith("(features cached)"), text.status.value
+
+
+def test_one_keyword_on_any_band_is_one_segment_call_on_the_images_pixels(
+    panel, s2_viewer, connected, s2_rgb_files, ui, monkeypatch
+):
+    from napari_sam3.gis import masks_to_labels
+    from napari_sam3.raster import read_raster
+    from napari_sam3.widgets._layers import FEATURE_COLUMNS
+
+    viewer = s2_viewer
+    image = viewer.layers[f"{STACK} B03"]
+    panel.image.value = image  # any band of the stack: the model gets B04, B03, B02
+    text = panel.mode("Text & exemplars")
+    text.keywords.value = "building"
+    panel.score_thr.value = 0.0
+    panel.max_det.value = 20
+    multi, segment = Spy(monkeypatch, connected, "multi"), Spy(monkeypatch, connected, "segment")
+    before = len(viewer.layers)
+    ui.run(text, text.run_button)
+    assert (multi.calls, segment.calls) == (0, 1), "one keyword: one segment call"
+
+    assert len(viewer.layers) == before + 1
+    layer = viewer.layers[-1]
+    assert layer.name == "SAM3 building"
+    assert layer.data.shape == (768, 1536) and layer.data.dtype == np.int32
+    frame = connected.segment(
+        read_raster(s2_rgb_files), prompt="building", score_thr=0.0, max_det=20
+    )
+    assert len(frame) >= 1
+    np.testing.assert_array_equal(layer.data, masks_to_labels(frame, (768, 1536)))
+    features = layer.features
+    assert list(features.columns) == [*FEATURE_COLUMNS, "object"]
+    assert features["index"].tolist() == list(range(1, len(frame) + 1))
+    np.testing.assert_allclose(features["score"], frame["score"], rtol=1e-6)
+    assert set(features["keyword"]) == {"building"} and set(features["prompt_kind"]) == {"text"}
+    assert set(features["source"]) == {f"{STACK} B03 (B04, B03, B02)"}
+    # On the image's pixels, with its georeferencing.
+    np.testing.assert_allclose(layer.scale, image.scale)
+    np.testing.assert_allclose(layer.translate, image.translate)
+    assert layer.metadata["crs"] == "EPSG:32633"
+    assert layer.metadata["transform"] == image.metadata["transform"]
+    record = layer.metadata["sam3"]
+    assert (record["version"], record["kind"], record["offset"]) == (1, "result", [0, 0])
+    assert record["image_layer"] == image.name
+    assert text.status.value.startswith(f"building: {len(frame)} -> 1 layer(s)")
+
+
+def test_keywords_in_one_layer_keep_the_librarys_order(panel, connected, s2_rgb_files, ui):
+    from napari_sam3.gis import masks_to_labels
+    from napari_sam3.raster import read_raster
+    from napari_sam3.widgets.text import ONE_LAYER
+
+    viewer = panel.viewer
+    text = panel.mode("Text & exemplars")
+    text.keywords.value = "building, road"
+    text.output.value = ONE_LAYER
+    panel.score_thr.value = 0.0
+    panel.max_det.value = 10
+    before = len(viewer.layers)
+    ui.run(text, text.run_button)
+    assert len(viewer.layers) == before + 1
+    layer = viewer.layers[-1]
+    assert layer.name == "SAM3 building, road"
+    # The same objects as the library's call, both keywords' rows in one table, painted in order.
+    frame = connected.multi(
+        read_raster(s2_rgb_files), ["building", "road"], score_thr=0.0, max_det=10
+    )
+    assert set(frame["keyword"]) == {"building", "road"}
+    assert layer.features["keyword"].tolist() == frame["keyword"].tolist()
+    assert layer.features["index"].tolist() == list(range(1, len(frame) + 1))
+    np.testing.assert_allclose(layer.features["score"], frame["score"], rtol=1e-6)
+    np.testing.assert_array_equal(layer.data, masks_to_labels(frame, (768, 1536)))
+
+
+def test_library_errors_from_the_worker_are_notified(panel, ui):
+    viewer = panel.viewer
+    text = panel.mode("Text & exemplars")
+    text.keywords.value = ", ".join(f"word{i}" for i in range(9))
+    before = len(viewer.layers)
+    ui.click(text.run_button)
+    ui.wait(text)
+    assert "at most 8 keywords and concepts per call, got 9" in text.status.value
+    assert "at most 8 keywords" in str(ui.last_notification().message)
+    assert len(viewer.layers) == before
 
 
 def test_score_threshold_refilters_in_place_without_a_model_call(
@@ -111,9 +200,9 @@ def test_score_threshold_refilters_in_place_without_a_model_call(
     np.testing.assert_allclose(layer.features["score"], expected["score"], rtol=1e-6)
 
 
-def test_where_current_view_and_selected_region(panel, connected, ui, qtbot):
+def test_where_current_view_and_selected_region(panel, connected, s2_rgb_files, ui, qtbot):
+    from napari_sam3.widgets._fields import REGION, VIEW
     from napari_sam3.widgets._layers import view_window
-    from napari_sam3.widgets.segment import REGION, VIEW
 
     viewer = panel.viewer
     image = panel.image.value
@@ -141,11 +230,42 @@ def test_where_current_view_and_selected_region(panel, connected, ui, qtbot):
     region = viewer.add_shapes(name="region", ndim=2)
     corner = np.array(image.data_to_world((200, 300)))
     far = np.array(image.data_to_world((455, 811)))
-    region.add_rectangles(np.array([corner - 5.0, far + 5.0]))
+    region.add_rectangles(np.array([corner - 5.0, far + 5.0]))  # pixel edges: rows 200..455
     panel.region.value = region
     ui.run(text, text.run_button)
-    assert viewer.layers[-1].data.shape == (256, 512)
-    assert viewer.layers[-1].metadata["sam3"]["offset"] == [200, 300]
+    layer = viewer.layers[-1]
+    assert layer.data.shape == (256, 512)
+    assert layer.metadata["sam3"]["offset"] == [200, 300]
+    np.testing.assert_allclose(layer.data_to_world((0, 0)), image.data_to_world((200, 300)))
+    assert layer.metadata["transform"] == [10.0, 0.0, 333000.0, 0.0, -10.0, 5820040.0]
+    # The model got the crop's pixels with the whole scene's stretch (as the canvas shows it).
+    np.testing.assert_array_equal(
+        layer.data, _crop_labels(viewer, connected, s2_rgb_files, "field", (200, 300), (256, 512))
+    )
+
+
+def _crop_labels(viewer, client, files, prompt, offset, shape):
+    """What the library gives for `prompt` on the crop of `files` at `offset` of `shape`, stretched
+    as the viewer's band layers record it (the whole scene's stretch, not the crop's)."""
+    from napari_sam3.client import PreparedImage
+    from napari_sam3.gis import masks_to_labels
+    from napari_sam3.letterbox import Letterbox
+    from napari_sam3.raster import read_raster
+    from napari_sam3.stretch import StretchStats, to_model_rgb
+
+    (r0, c0), (rows, cols) = offset, shape
+    crop = read_raster(files, window=np.s_[r0 : r0 + rows, c0 : c0 + cols])
+    bands = ("B04", "B03", "B02")
+    stretch = [viewer.layers[f"{STACK} {b}"].metadata["sam3"]["stretch"] for b in bands]
+    stats = StretchStats(
+        low=tuple(s["low"] for s in stretch),
+        high=tuple(s["high"] for s in stretch),
+        band_names=bands,
+    )
+    rgb = to_model_rgb(crop, stats=stats)
+    box = Letterbox(rgb.shape[:2], client.image_size)
+    frame = client.segment(PreparedImage(rgb, box, box.apply(rgb)), prompt=prompt, score_thr=0.0)
+    return masks_to_labels(frame, shape)
 
 
 def test_concepts_apply_through_one_multi_call(panel, connected, s2_rgb_files, ui, monkeypatch):
@@ -178,6 +298,64 @@ def test_concepts_apply_through_one_multi_call(panel, connected, s2_rgb_files, u
         assert len(part) > 0
         np.testing.assert_array_equal(layer.data, masks_to_labels(part, (768, 1536)))
         assert set(layer.features["prompt_kind"]) == {"concept"}
+
+
+def test_concept_bank_encode_save_load_and_apply_to_another_image(
+    panel, connected, s2_files, ui, tmp_path
+):
+    from napari_sam3.concept import Concept
+    from napari_sam3.gis import masks_to_labels
+    from napari_sam3.raster import read_raster
+
+    viewer = panel.viewer
+    (nir,) = viewer.open(str(s2_files["B8A"]), plugin="napari-sam3")  # 20 m, another layer
+    concepts = panel.mode("Concepts")
+    ui.click(concepts.new_exemplars)
+    exemplars = panel.exemplars.value
+    exemplars.add_rectangles(np.array([[100.0, 200.0], [150.0, 260.0]]))
+    exemplars.add_rectangles(np.array([[300.0, 600.0], [340.0, 650.0]]))
+    panel.negative.value = True
+    exemplars.add_rectangles(np.array([[500.0, 900.0], [540.0, 960.0]]))
+    concepts.name.value = "greenhouse"
+    ui.run(concepts, concepts.encode_button)
+
+    assert list(concepts.bank) == ["greenhouse"]
+    concept = concepts.bank["greenhouse"]
+    assert (concept.n_positive, concept.n_negative) == (2, 1)
+    assert concept.model_id == connected.model_id
+    assert concepts.concepts.value == ["greenhouse"]
+    assert "greenhouse: 2+ / 1-" in concepts.concepts.native.item(0).text()
+
+    path = tmp_path / "greenhouse.npz"
+    concepts.save_path.value = path
+    ui.click(concepts.save_button)
+    assert concepts.last_error is None, concepts.status.value
+    assert Concept.load(path).n_positive == 2
+    ui.click(concepts.save_button)  # exists and Overwrite is off: refused, said so
+    assert "exists" in concepts.status.value
+
+    ui.click(concepts.remove_button)
+    assert concepts.bank == {}
+    concepts.load_path.value = path
+    ui.click(concepts.load_button)
+    assert list(concepts.bank) == ["greenhouse"]
+
+    panel.image.value = nir  # apply elsewhere: choose that image in the panel
+    panel.score_thr.value = 0.0
+    ui.run(concepts, concepts.apply_button)
+    layer = viewer.layers[-1]
+    assert layer.name == "SAM3 concept greenhouse"
+    assert layer.data.shape == nir.data.shape == (384, 768)
+    np.testing.assert_allclose(layer.scale, (20.0, 20.0))
+    expected = connected.segment(
+        connected.prepare(read_raster(nir.metadata["source"])),
+        concept=concepts.bank["greenhouse"],
+        score_thr=0.0,
+    )
+    assert len(expected) > 0, "score_thr=0 keeps the concept's candidates"
+    np.testing.assert_array_equal(layer.data, masks_to_labels(expected, (384, 768)))
+    assert layer.features["prompt_kind"].tolist() == ["concept"] * len(expected)
+    assert layer.features["keyword"].tolist() == ["greenhouse"] * len(expected)
 
 
 def test_accept_twice_with_the_analysts_labels_as_seed_keeps_every_label(panel, ui):
@@ -287,6 +465,7 @@ def test_exemplar_boxes_positive_and_negative_without_keywords(panel, connected,
     ui.click(panel.new_exemplars)
     exemplars = panel.exemplars.value
     assert exemplars.name == "SAM3 exemplars"
+    assert [layer.name for layer in viewer.layers].count("SAM3 exemplars") == 1
     exemplars.add_rectangles(np.array([[100.0, 200.0], [150.0, 260.0]]))
     panel.negative.value = True
     exemplars.add_rectangles(np.array([[400.0, 900.0], [440.0, 980.0]]))
@@ -333,11 +512,15 @@ def test_errors_are_notifications_and_cancel_frees_the_panel(s2_viewer, sam3_cli
     ui.click(text.run_button)
     assert "type a keyword, or draw exemplar boxes" in text.status.value
 
+    assert len(s2_viewer.layers) == before
+
     text.keywords.value = "building"
     ui.click(text.run_button)
     assert text.job.running and not text.run_button.enabled
+    assert not text.progress.native.isHidden() and not text.cancel_button.native.isHidden()
     ui.click(text.cancel_button)
     assert not text.job.running and text.run_button.enabled and "cancelled" in text.status.value
+    assert text.progress.native.isHidden() and text.cancel_button.native.isHidden()
     QThreadPool.globalInstance().waitForDone(120_000)
     qtbot.wait(50)
     assert len(s2_viewer.layers) == before

@@ -136,3 +136,87 @@ def test_a_result_whose_image_was_deleted_stays_listed(results):
     assert len(rows) == n
     assert set(rows["image"]) == {f"image layer '{STACK} B04' deleted"}
     assert "kept" in table.status.value
+
+
+def test_accept_and_merge_paint_one_way_and_each_undoes_exactly(results, ui, monkeypatch):
+    """Accept (Interactive) and Merge (this table) write into the analyst's labels through the
+    same painter: new ids after the layer's largest, never over the analyst's labels, the whole
+    write one step of napari's undo history; Undo accept keeps what was painted since."""
+    from napari_sam3.widgets import _layers
+    from napari_sam3.widgets._layers import placement
+
+    panel, table, layer = results
+    viewer = panel.viewer
+    image = panel.image.value
+    painted_into = []
+    real = _layers.paint_new_labels
+
+    def spy(target, *args, **kwargs):
+        painted_into.append(target.name)
+        return real(target, *args, **kwargs)
+
+    monkeypatch.setattr(_layers, "paint_new_labels", spy)
+
+    inter = panel.mode("Interactive")
+    ui.click(inter.prompt_layers_button)
+    seed = inter.seed.value
+
+    def candidate() -> np.ndarray:
+        rr, cc = np.mgrid[100:140, 600:660]
+        seed.data_setitem((rr.ravel(), cc.ravel()), 1)  # the analyst paints a seed
+        ui.click(inter.seed_button)
+        ui.wait(inter)
+        assert inter.last_error is None, inter.status.value
+        mask = inter.candidate_mask()
+        assert mask is not None and mask.any()
+        return mask
+
+    first = candidate()
+    # The analyst's labels: under half of the candidate (so Accept must go around them) and
+    # under half of the result objects (so Merge must), plus one elsewhere.
+    mine = np.zeros((768, 1536), np.int32)
+    ys, xs = np.nonzero(first)
+    mine[ys[: len(ys) // 2], xs[: len(xs) // 2]] = 3
+    ys, xs = np.nonzero(layer.data > 0)
+    mine[ys[: len(ys) // 2], xs[: len(xs) // 2]] = 5
+    mine[700:720, 10:30] = 9
+    own = viewer.add_labels(mine.copy(), name="my labels", **placement(image))
+    inter.target.value = own
+
+    ui.click(inter.accept_button)
+    assert inter.last_error is None, inter.status.value
+    expected = mine.copy()
+    expected[first & (mine == 0)] = 10
+    assert np.any(first & (mine > 0)) and np.any(expected == 10)
+    np.testing.assert_array_equal(own.data, expected)
+    row = own.features.iloc[-1]
+    assert (row["index"], row["prompt_kind"]) == (10, "interactive")
+    assert row["area"] == np.count_nonzero(expected == 10)
+    assert own.metadata["crs"] == "EPSG:32633"
+    own.undo()  # napari's undo: one step takes the accept back
+    np.testing.assert_array_equal(own.data, mine)
+
+    second = candidate()
+    ui.click(inter.accept_button)
+    assert inter.last_error is None, inter.status.value
+    new = (own.data == 10) & (mine == 0)
+    assert new.any() and np.array_equal(new, second & (mine == 0))
+    ys, xs = np.nonzero(new)
+    brushed = (ys[: len(ys) // 3], xs[: len(xs) // 3])
+    own.data_setitem(brushed, 9)  # the analyst paints over part of it afterwards
+    ui.click(inter.undo_accept_button)
+    assert inter.last_error is None, inter.status.value
+    expected = mine.copy()
+    expected[brushed] = 9  # kept: Undo accept takes back only what is still the accepted label
+    np.testing.assert_array_equal(own.data, expected)
+    assert 10 not in own.features["index"].tolist()
+
+    theirs = viewer.add_labels(mine.copy(), name="their labels", **placement(image))
+    table.target.value = theirs
+    ui.click(table.merge_button)
+    assert table.last_error is None, table.status.value
+    np.testing.assert_array_equal(theirs.data[mine > 0], mine[mine > 0])
+    assert ui.label_ids(theirs) - {3, 5, 9}, "merged objects added"
+    theirs.undo()  # the same one step takes the whole merge back
+    np.testing.assert_array_equal(theirs.data, mine)
+    assert painted_into == ["my labels", "my labels", "their labels"], "one painter for both"

@@ -216,15 +216,15 @@ def test_viewer_reads_only_the_chunks_it_shows(make_napari_viewer, big_band, mon
     assert (target.stats.low[0], target.stats.high[0]) == tuple(layer.contrast_limits)
 
 
-def test_segment_widget_on_a_multiscale_stack(make_napari_viewer, big_rgb_stack, connected, ui):
-    """The Segment widget on a region of a lazily opened scene: the model gets the file's pixels
+def test_panel_on_a_region_of_a_multiscale_stack(make_napari_viewer, big_rgb_stack, connected, ui):
+    """The SAM3 panel on a region of a lazily opened scene: the model gets the file's pixels
     under the region with the displayed stretch, and the result sits on the image's pixels."""
     from napari_sam3.client import PreparedImage
     from napari_sam3.gis import masks_to_labels
     from napari_sam3.letterbox import Letterbox
     from napari_sam3.raster import read_raster
     from napari_sam3.stretch import StretchStats, to_model_rgb
-    from napari_sam3.widgets import SegmentWidget
+    from napari_sam3.widgets._fields import REGION
 
     path, _ = big_rgb_stack
     viewer = make_napari_viewer()
@@ -235,13 +235,14 @@ def test_segment_widget_on_a_multiscale_stack(make_napari_viewer, big_rgb_stack,
     corner = np.array(image.data_to_world((3000, 1000)))
     far = np.array(image.data_to_world((3299, 1399)))
     region.add_rectangles(np.array([corner - 5.0, far + 5.0]))  # rows 3000..3299, cols 1000..1399
-    widget = SegmentWidget(viewer)
-    viewer.window.add_dock_widget(widget, name="segment")
-    widget.image.value = image
-    widget.region.value = region
-    widget.prompt.value = "field"
-    widget.score_thr.value = 0.0
-    ui.run(widget, widget.run_button)
+    _dock, panel = viewer.window.add_plugin_dock_widget("napari-sam3", "SAM3")
+    panel.image.value = image
+    panel.where.value = REGION
+    panel.region.value = region
+    panel.score_thr.value = 0.0
+    text = panel.mode("Text & exemplars")
+    text.keywords.value = "field"
+    ui.run(text, text.run_button)
 
     result = viewer.layers[-1]
     assert result.data.shape == (300, 400)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..bands import parse_bands, resolve_bands
-from ..napari_io import SAM3_KEY, crop_metadata
+from ..napari_io import METADATA_VERSION, SAM3_KEY, crop_metadata
 
 FEATURE_COLUMNS = ["index", "score", "keyword", "prompt_kind", "area", "source"]
 POSITIVE = "positive"  # the bool feature telling positive from negative boxes and clicks
@@ -256,9 +256,19 @@ def _affine(values):
 
 
 def _record(layer) -> dict[str, Any]:
+    """The plugin's record in a layer's metadata (as `with_record` writes it), or {}."""
     metadata = getattr(layer, "metadata", None) or {}
     record = metadata.get(SAM3_KEY)
     return record if isinstance(record, dict) else {}
+
+
+def with_record(metadata: dict[str, Any] | None, kind: str, **fields: Any) -> dict[str, Any]:
+    """A copy of a layer's `metadata` carrying the plugin's record of a layer the widgets make:
+    the metadata version, its `kind` ("result": listed by the results table; "prompt": a layer
+    the plugin may clear) and `fields` (image_layer, offset, prompt, ...), read by `_record`."""
+    out = dict(metadata or {})
+    out[SAM3_KEY] = {"version": METADATA_VERSION, "kind": kind, **fields}
+    return out
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -376,6 +386,93 @@ def results_to_labels(frame: pd.DataFrame, shape: tuple[int, int], source: str =
     return labels, features
 
 
+@dataclass
+class Painted:
+    """What one `paint_new_labels` call wrote into a labels layer: enough to take it back."""
+
+    layer: Any
+    ids: list[int]  # the new label of each object that got pixels, in the objects' order
+    where: tuple[np.ndarray, np.ndarray]  # (rows, cols) of every pixel written
+    before: np.ndarray  # their values before the call
+    after: np.ndarray  # the label written at each
+
+
+def paint_new_labels(
+    layer, objects, overwrite: bool = False, georeference: dict[str, Any] | None = None
+) -> Painted:
+    """Paint result objects into the analyst's Labels `layer`, each as a new label (the layer's
+    max + 1, + 2, ...): the one path by which Accept (Interactive) and Merge (results table)
+    write into a layer the analyst owns.
+
+    `objects` are ``(rows, cols, row)``: an object's pixels in `layer`'s pixel indices and its
+    features row (score, keyword, prompt_kind, source). Pixels already labelled (the analyst's, or
+    an earlier object of this call) are left alone unless `overwrite`; an object with no pixel
+    left gets no label. All of it is ONE step of napari's undo history (Ctrl+Z on the layer takes
+    the whole call back); each new label gets its features row (index, area = pixels written).
+    `georeference`: metadata (crs, transform, ...) the layer takes when it has no transform of its
+    own, so the GeoTIFF / GeoPackage writers place it.
+    """
+    if layer.data.ndim != 2:
+        raise ValueError(f"{layer.name} is not 2-D")
+    next_id = int(np.max(layer.data)) + 1 if layer.data.size else 1
+    ids: list[int] = []
+    entries: list[dict[str, Any]] = []
+    written: list[tuple[np.ndarray, ...]] = []  # rows, cols, before, after
+    with layer.block_history():
+        for rr, cc, row in objects:
+            rr, cc = np.asarray(rr, np.intp), np.asarray(cc, np.intp)
+            before = np.asarray(layer.data[rr, cc])
+            if not overwrite:
+                free = before == 0
+                rr, cc, before = rr[free], cc[free], before[free]
+            if rr.size == 0:
+                continue
+            layer.data_setitem((rr, cc), next_id)
+            written.append((rr, cc, np.array(before, copy=True), np.full(rr.size, next_id)))
+            entries.append(
+                {
+                    "index": next_id,
+                    "score": float(row.get("score", np.nan)),
+                    "keyword": str(row.get("keyword", "")),
+                    "prompt_kind": str(row.get("prompt_kind", "")),
+                    "area": int(rr.size),
+                    "source": str(row.get("source", "")),
+                }
+            )
+            ids.append(next_id)
+            next_id += 1
+    if entries:
+        features = layer.features
+        if len(features) and "index" not in features.columns:  # napari: row i is label i
+            features = features.assign(index=np.arange(len(features)))
+        add = pd.DataFrame(entries, columns=FEATURE_COLUMNS)
+        layer.features = pd.concat([features, add], ignore_index=True) if len(features) else add
+        if georeference and "transform" not in layer.metadata and "transform" in georeference:
+            layer.metadata.update(georeference)
+
+    def joined(part: int, dtype) -> np.ndarray:
+        return np.concatenate([w[part] for w in written]) if written else np.zeros(0, dtype)
+
+    where = (joined(0, np.intp), joined(1, np.intp))
+    return Painted(layer, ids, where, joined(2, layer.data.dtype), joined(3, np.int64))
+
+
+def take_back(painted: Painted) -> int:
+    """Undo a `paint_new_labels` call where its labels are still there: those pixels get their
+    values from before (one step of napari's undo history; a label painted over them since
+    stays) and the new labels' features rows go. Returns the pixels restored."""
+    layer = painted.layer
+    rr, cc = painted.where
+    still = np.asarray(layer.data[rr, cc]) == painted.after
+    if still.any():
+        with layer.block_history():
+            layer.data_setitem((rr[still], cc[still]), painted.before[still])
+    features = layer.features
+    if "index" in features.columns:
+        layer.features = features[~features["index"].isin(painted.ids)].reset_index(drop=True)
+    return int(np.count_nonzero(still))
+
+
 # One colour per keyword, the same in every layer of this napari session (first seen, first
 # served); a keyword beyond the palette cycles. A direct colormap: label id -> its keyword's colour.
 _PALETTE = (
@@ -433,15 +530,14 @@ def result_layer_kwargs(
     target: ModelImage, name: str, features: pd.DataFrame, **record: Any
 ) -> dict[str, Any]:
     """Keyword arguments of `viewer.add_labels` for a result on `target`'s crop."""
-    metadata = dict(target.metadata)
-    metadata[SAM3_KEY] = {
-        "version": 1,
-        "kind": "result",
-        "image_layer": target.layer.name,
-        "image": target.description,
-        "offset": list(target.offset),
+    metadata = with_record(
+        target.metadata,
+        "result",
+        image_layer=target.layer.name,
+        image=target.description,
+        offset=list(target.offset),
         **record,
-    }
+    )
     return {
         "name": name,
         "features": features,

@@ -10,7 +10,7 @@ from napari.layers import Image, Shapes
 from ..concept import Concept
 from . import _layers
 from ._common import Sam3Widget, layer_combo, reports_errors, row
-from .segment import (
+from ._fields import (
     add_exemplar_fields,
     add_image_fields,
     add_threshold_fields,

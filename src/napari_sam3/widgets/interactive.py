@@ -3,8 +3,9 @@
 The image is encoded once (Start, or the first prompt); each click on the Points layer, box on the
 Shapes layer or "Refine with seed mask" sends only the prompt. The 3 candidates and their
 predicted IoU are listed; the chosen one is previewed on the "SAM3 candidate" layer and Accept
-writes it into the target labels layer as a new id (never over existing labels unless asked),
-which Undo accept takes back.
+writes it into the target labels layer as a new id (never over existing labels unless asked;
+`_layers.paint_new_labels`, the results table's merge path), which Undo accept, or Ctrl+Z on that
+layer, takes back.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from magicgui.widgets import CheckBox, Label, PushButton, RadioButtons, SpinBox
 from napari.layers import Labels, Points, Shapes
 from napari.utils.events import Event
 
+from ..napari_io import crop_metadata
 from . import _layers
 from ._common import Sam3Widget, layer_combo, notify_error, reports_errors, row
-from .segment import POSITIVE_COLOR, add_image_fields, set_negative, target_of
+from ._fields import POSITIVE_COLOR, add_image_fields, set_negative, target_of
 
 CANDIDATE_LAYER = "SAM3 candidate"
 CLICKS_LAYER = "SAM3 clicks"
@@ -41,9 +43,7 @@ def is_prompt_layer(layer) -> bool:
 
 
 def _prompt_metadata() -> dict:
-    from ..napari_io import SAM3_KEY
-
-    return {SAM3_KEY: {"version": 1, "kind": "prompt"}}
+    return _layers.with_record(None, "prompt")
 
 
 class InteractiveWidget(Sam3Widget):
@@ -407,34 +407,37 @@ class InteractiveWidget(Sam3Widget):
         target = self._require_target()
         layer = self._target_layer(target)
         rr, cc = np.nonzero(mask)
-        rr, cc = rr + target.offset[0], cc + target.offset[1]
-        if not self.overwrite.value:
-            free = layer.data[rr, cc] == 0
-            rr, cc = rr[free], cc[free]
-        if rr.size == 0:
-            raise ValueError("the candidate lies wholly on existing labels (tick 'Accept over')")
-        new_id = int(np.max(layer.data)) + 1
-        old = np.array(layer.data[rr, cc], copy=True)
-        layer.data_setitem((rr, cc), new_id)
         iou = float(self.session.result["iou"].iloc[self.candidate.value])
-        _append_feature(layer, new_id, iou, int(rr.size), target.description)
-        self._accepts.append((layer, (rr, cc), old, new_id))
+        info = {"score": iou, "prompt_kind": "interactive", "source": target.description}
+        painted = _layers.paint_new_labels(
+            layer,
+            [(rr + target.offset[0], cc + target.offset[1], info)],
+            overwrite=bool(self.overwrite.value),
+            # The analyst's own layer on this image: the image's georeferencing, so the
+            # GeoTIFF/GeoPackage writers place it.
+            georeference=crop_metadata(target.layer.metadata, 0, 0),
+        )
+        if not painted.ids:
+            raise ValueError("the candidate lies wholly on existing labels (tick 'Accept over')")
+        self._accepts.append(painted)
         self.reset()  # the next object: clears the plugin's prompt layers only
+        (new_id,) = painted.ids
         self.status.value = (
-            f"accepted as label {new_id} in '{layer.name}' (Undo accept takes it back)"
+            f"accepted as label {new_id} in '{layer.name}' (Undo accept or Ctrl+Z on the layer "
+            "takes it back)"
         )
 
     def _target_layer(self, target: _layers.ModelImage) -> Labels:
         layer = self.target.value
         if layer is None:
-            from ..napari_io import SAM3_KEY, crop_metadata
-
-            metadata = crop_metadata(target.layer.metadata, 0, 0)
-            metadata[SAM3_KEY] = {"version": 1, "kind": "result", "image_layer": target.layer.name}
             layer = self.viewer.add_labels(
                 np.zeros(_layers.image_shape(target.layer), np.int32),
                 name=OBJECTS_LAYER,
-                metadata=metadata,
+                metadata=_layers.with_record(
+                    crop_metadata(target.layer.metadata, 0, 0),
+                    "result",
+                    image_layer=target.layer.name,
+                ),
                 features=pd.DataFrame(columns=_layers.FEATURE_COLUMNS),
                 **_layers.placement(target.layer),
             )
@@ -444,24 +447,16 @@ class InteractiveWidget(Sam3Widget):
         _layers.check_same_grid(layer, target.layer)
         if layer.data.ndim != 2:
             raise ValueError(f"{layer.name} is not 2-D")
-        if "transform" not in layer.metadata and "transform" in target.layer.metadata:
-            # The analyst's own layer on this image: give it the image's georeferencing so the
-            # GeoTIFF/GeoPackage writers place it.
-            from ..napari_io import crop_metadata
-
-            layer.metadata.update(crop_metadata(target.layer.metadata, 0, 0))
         return layer
 
     @reports_errors("Undo accept failed")
     def undo_accept(self, *_args) -> None:
         if not self._accepts:
             raise ValueError("nothing accepted to undo")
-        layer, indices, old, new_id = self._accepts.pop()
-        layer.data_setitem(indices, old)
-        features = layer.features
-        if "index" in features.columns:
-            layer.features = features[features["index"] != new_id].reset_index(drop=True)
-        self.status.value = f"label {new_id} removed from '{layer.name}'"
+        painted = self._accepts.pop()
+        _layers.take_back(painted)
+        (new_id,) = painted.ids
+        self.status.value = f"label {new_id} removed from '{painted.layer.name}'"
 
     @reports_errors("Undo failed")
     def undo_prompt(self, *_args) -> None:
@@ -525,23 +520,6 @@ class InteractiveWidget(Sam3Widget):
             return (lambda: session.everything(points_per_side=points)), done
 
         self._enqueue("Segmenting everything", make)
-
-
-def _append_feature(layer: Labels, label: int, iou: float, area: int, source: str) -> None:
-    features = layer.features
-    if len(features) and "index" not in features.columns:
-        features = features.assign(index=np.arange(len(features)))
-    entry = pd.DataFrame(
-        {
-            "index": [label],
-            "score": [iou],
-            "keyword": [""],
-            "prompt_kind": ["interactive"],
-            "area": [area],
-            "source": [source],
-        }
-    )
-    layer.features = pd.concat([features, entry], ignore_index=True) if len(features) else entry
 
 
 def _unbinder(viewer):

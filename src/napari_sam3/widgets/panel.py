@@ -13,11 +13,7 @@ from magicgui.widgets import Container, PushButton, RadioButtons
 from napari.layers import Image, Shapes
 
 from ._common import STATE, Sam3Widget, layer_combo, row
-from .concepts import ConceptsWidget
-from .connection import ConnectionWidget
-from .interactive import InteractiveWidget
-from .scene import SceneWidget
-from .segment import (
+from ._fields import (
     REGION,
     VIEW,
     WHOLE,
@@ -25,6 +21,10 @@ from .segment import (
     add_threshold_fields,
     bands_field,
 )
+from .concepts import ConceptsWidget
+from .connection import ConnectionWidget
+from .interactive import InteractiveWidget
+from .scene import SceneWidget
 from .text import TextWidget
 
 TABS = ("Text & exemplars", "Concepts", "Interactive", "Scene")

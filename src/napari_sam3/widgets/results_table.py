@@ -124,7 +124,8 @@ def offset_in(target, layer) -> tuple[int, int]:
 def merge_objects(layer, ids, target, overwrite: bool = False) -> list[int]:
     """Write objects `ids` of result `layer` into the analyst's labels layer `target` as new
     ids (max + 1, ...), only where `target` is 0 unless `overwrite`; one undo step in
-    `target`'s history. Returns the new ids (an object wholly on existing labels gets none)."""
+    `target`'s history (`_layers.paint_new_labels`, as Accept writes). Returns the new ids (an
+    object wholly on existing labels gets none)."""
     if target is layer:
         raise ValueError("choose another labels layer to merge into")
     if target.data.ndim != 2:
@@ -132,40 +133,18 @@ def merge_objects(layer, ids, target, overwrite: bool = False) -> list[int]:
     r0, c0 = offset_in(target, layer)
     data = np.asarray(layer.data)
     features = layer.features.set_index("index")
-    next_id = int(np.max(target.data)) + 1 if target.data.size else 1
-    new_ids, entries = [], []
-    with target.block_history():
-        for i in ids:
-            rr, cc = np.nonzero(data == int(i))
-            rr, cc = rr + r0, cc + c0
-            if not overwrite:
-                free = np.asarray(target.data[rr, cc]) == 0
-                rr, cc = rr[free], cc[free]
-            if rr.size == 0:
-                continue
-            target.data_setitem((rr, cc), next_id)
-            info = features.loc[int(i)] if int(i) in features.index else pd.Series(dtype=object)
-            entries.append(
-                {
-                    "index": next_id,
-                    "score": float(info.get("score", np.nan)),
-                    "keyword": str(info.get("keyword", "")),
-                    "prompt_kind": str(info.get("prompt_kind", "")),
-                    "area": int(rr.size),
-                    "source": str(info.get("source", layer.name)),
-                }
-            )
-            new_ids.append(next_id)
-            next_id += 1
-    if entries:
-        old = target.features
-        add = pd.DataFrame(entries)
-        target.features = pd.concat([old, add], ignore_index=True) if len(old) else add
-        if "transform" not in target.metadata and "transform" in layer.metadata:
-            from ..napari_io import crop_metadata
+    objects = []
+    for i in ids:
+        rr, cc = np.nonzero(data == int(i))
+        info = features.loc[int(i)] if int(i) in features.index else pd.Series(dtype=object)
+        objects.append((rr + r0, cc + c0, {**info, "source": info.get("source", layer.name)}))
+    georeference = None
+    if "transform" in layer.metadata:
+        from ..napari_io import crop_metadata
 
-            target.metadata.update(crop_metadata(layer.metadata, -r0, -c0))
-    return new_ids
+        georeference = crop_metadata(layer.metadata, -r0, -c0)
+    painted = _layers.paint_new_labels(target, objects, overwrite, georeference)
+    return painted.ids
 
 
 def objects_frame(layer, ids=None) -> pd.DataFrame:

@@ -17,11 +17,11 @@ from magicgui.widgets import FileEdit, LineEdit, PushButton, SpinBox
 from napari.layers import Image
 
 from ..bands import parse_bands
-from ..napari_io import SAM3_KEY, affine_list, crop_metadata, transform_kwargs
+from ..napari_io import affine_list, crop_metadata, transform_kwargs
 from ..prompts import parse_keywords
 from . import _layers
 from ._common import Sam3Widget, layer_combo, reports_errors
-from .segment import add_threshold_fields, bands_field, thresholds
+from ._fields import add_threshold_fields, bands_field, thresholds
 
 SUFFIXES = ".tif .tiff .jp2 .j2k"
 
@@ -257,12 +257,16 @@ def _file_layer_kwargs(scene: dict, name: str, features, record: dict) -> dict:
 
     transform = Affine(*scene["transform"])
     path = scene["path"]
-    metadata = {
-        "crs": scene["crs"],
-        "transform": affine_list(transform),
-        "source": [str(p) for p in path] if isinstance(path, tuple | list) else str(path),
-        SAM3_KEY: {"version": 1, "kind": "result", "offset": [0, 0], **record},
-    }
+    metadata = _layers.with_record(
+        {
+            "crs": scene["crs"],
+            "transform": affine_list(transform),
+            "source": [str(p) for p in path] if isinstance(path, tuple | list) else str(path),
+        },
+        "result",
+        offset=[0, 0],
+        **record,
+    )
     kwargs = transform_kwargs(transform)
     return {
         "name": name,

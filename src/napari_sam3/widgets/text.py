@@ -19,7 +19,7 @@ from magicgui.widgets import PushButton, RadioButtons, TextEdit
 from ..prompts import parse_keywords
 from . import _layers
 from ._common import Sam3Widget, reports_errors
-from .segment import (
+from ._fields import (
     add_exemplar_fields,
     add_image_fields,
     add_threshold_fields,

@@ -1,4 +1,10 @@
-"""Segment: a text prompt and/or exemplar boxes (positive and negative) -> a new labels layer."""
+"""The input fields the SAM3 modes share, and what a run sends to the model.
+
+The SAM3 panel builds each group once (image / bands / region, exemplars, thresholds) and its
+tabs point at the panel's fields (`shared=panel`); a mode built on its own gets fields of its own.
+`target_of` turns a mode's image fields and its "Where" choice into the `ModelImage` of a run;
+`new_exemplar_layer` and `set_negative` make and switch the exemplar (and click) layers.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from magicgui.widgets import CheckBox, FloatSpinBox, LineEdit, PushButton, SpinB
 from napari.layers import Image, Shapes
 
 from . import _layers
-from ._common import Sam3Widget, layer_combo, reports_errors, row
+from ._common import layer_combo, row
 
 EXEMPLAR_LAYER = "SAM3 exemplars"
 POSITIVE_COLOR, NEGATIVE_COLOR = "lime", "red"
@@ -171,56 +177,3 @@ def set_negative(layer, negative: bool) -> None:
         layer.current_edge_color = color
     else:
         layer.current_face_color = color
-
-
-class SegmentWidget(Sam3Widget):
-    """Everything a text prompt and/or exemplar boxes name in the image, as a new labels layer."""
-
-    def __init__(self, napari_viewer) -> None:
-        super().__init__(napari_viewer)
-        image_fields = add_image_fields(self, napari_viewer)
-        self.prompt = LineEdit(
-            value="", label="Text prompt", tooltip="e.g. building; empty: exemplar boxes only"
-        )
-        exemplar_fields = add_exemplar_fields(self, napari_viewer)
-        self.run_button = PushButton(text="Segment")
-        self.run_button.changed.connect(self.run)
-        self.extend(
-            [
-                *image_fields,
-                self.prompt,
-                *exemplar_fields,
-                *add_threshold_fields(self),
-                self.run_button,
-            ]
-        )
-        self._footer()
-        self._controls = [self.run_button]
-        self.reset_choices()
-
-    @reports_errors("Segment failed")
-    def run(self, *_args) -> None:
-        client = self.client
-        target = target_of(self)
-        prompt = self.prompt.value.strip() or None
-        boxes, labels = _layers.boxes_from_shapes(self.exemplars.value, target)
-        if prompt is None and len(boxes) == 0:
-            raise ValueError("type a text prompt, or draw exemplar boxes on the Exemplars layer")
-        if len(boxes) and not labels.any():
-            raise ValueError("a visual query needs at least one positive box")
-        options = thresholds(self)
-        exemplar = {"exemplar_boxes": boxes, "exemplar_labels": labels} if len(boxes) else {}
-
-        def work():
-            prepared = _layers.prepare(client, target)
-            return client.segment(prepared, prompt=prompt, **exemplar, **options)
-
-        name = f"SAM3 {prompt}" if prompt else "SAM3 visual query"
-        what = f"Segmenting '{prompt}'" if prompt else "Segmenting the exemplars"
-        self.job.start(what, work, done=lambda frame: self._show(frame, target, name, prompt))
-
-    def _show(self, frame, target, name, prompt) -> str:
-        labels, features = _layers.results_to_labels(frame, target.shape, target.description)
-        kwargs = _layers.result_layer_kwargs(target, name, features, prompt=prompt or "")
-        self.result = self.viewer.add_labels(labels, **kwargs)
-        return f"{len(frame)} object(s) -> layer '{self.result.name}'"
