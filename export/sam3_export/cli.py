@@ -37,36 +37,82 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="seeded random weights (tests, benchmarks); the repository is marked as such",
     )
+    weights.add_argument(
+        "--refresh",
+        action="store_true",
+        help="rewrite the configs and model code around the graphs already in --out (after "
+        "upgrading napari-sam3; seconds, the graphs are kept). Flavor, device, runtime and "
+        "precision stay as written unless given",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of --random-weights (default 0)")
     p.add_argument("--size", choices=sorted(SIZES), default="full", help="default: full")
     p.add_argument("--out", type=Path, required=True, help="output model repository folder")
     p.add_argument(
         "--flavor",
         choices=("onnx", "python", "openvino"),
-        default="onnx",
+        default=None,
         help="how Triton serves the graphs: its ONNX Runtime backend, its Python backend (our "
         "runner, OpenVINO or ONNX Runtime), or its OpenVINO backend (CPU)",
     )
     p.add_argument(
         "--runtime",
         choices=("auto", "openvino", "onnxruntime"),
-        default="auto",
+        default=None,
         help="python flavor: what runs the graphs in the server (auto: decided on its CPU)",
     )
     p.add_argument(
         "--precision",
         choices=("auto", "fp32", "bf16"),
-        default="auto",
+        default=None,
         help="python and openvino flavors: fp32, bf16 (CPUs with native bf16 only), or auto",
     )
     p.add_argument(
         "--device",
         choices=("gpu", "cpu"),
-        default="gpu",
+        default=None,
         help="where Triton runs the graphs (passed to the repository writer)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="only print errors")
     return p
+
+
+DEFAULTS = {"flavor": "onnx", "device": "gpu", "runtime": "auto", "precision": "auto"}
+
+
+def _written_options(out: Path, manifest) -> dict[str, str]:
+    """The flavor, device, runtime and precision a repository was written with."""
+    from napari_sam3 import contract
+    from napari_sam3.engines.model_config import load_model_configs
+
+    configs = load_model_configs(out)
+    if contract.SEGMENT in configs:  # the manifest as the writer recorded it, with the flavor
+        manifest = contract.manifest_from_config(configs[contract.SEGMENT])
+    options = {"flavor": manifest.flavor, "device": manifest.device}
+    graph = configs.get(contract.ENCODER)
+    for name in ("runtime", "precision"):
+        options[name] = graph.parameters.get(name) if graph is not None else None
+    return {k: v or DEFAULTS[k] for k, v in options.items()}
+
+
+def refresh(out: Path, args) -> int:
+    """`--refresh`: the configs and model code rewritten around the graphs on disk."""
+    from napari_sam3 import contract
+
+    try:
+        manifest = contract.load_manifest(out)
+    except (OSError, ValueError) as exc:
+        print(f"sam3-export: error: cannot refresh {out}: {exc}", file=sys.stderr)
+        return 2
+    for name, value in _written_options(out, manifest).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    _write_repository(out, manifest, args)
+    if not args.quiet:
+        print(
+            f"sam3-export: refreshed {out} (model_id {manifest.model_id[:16]}, flavor "
+            f"{args.flavor}, device {args.device}): configs and model code of this version"
+        )
+    return 0
 
 
 def _write_repository(out: Path, manifest, args) -> None:
@@ -87,6 +133,11 @@ def _write_repository(out: Path, manifest, args) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.refresh:
+        return refresh(args.out, args)
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if importlib.util.find_spec("sam3_export.triton_repo") is not None:
         from .triton_repo import check_options
 

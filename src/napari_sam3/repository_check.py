@@ -14,6 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from . import contract
+from .engines.repository_code import stale_logic, stale_logic_message
 
 # A config.pbtxt with the manifest parameter is ~15 kB at full size; refuse to parse anything huge.
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -113,7 +114,8 @@ def _check_graph_size(name: str, version_dir: Path, files: dict) -> None:
 
 
 def check_repository(repository: str | os.PathLike) -> dict[str, ModelEntry]:
-    """Every model of `repository`, checked: config parses, files present, steps exist."""
+    """Every model of `repository`, checked: config parses, files present, steps exist, the
+    model code is this napari-sam3's."""
     root = Path(repository)
     if not root.is_dir():
         raise RepositoryError(
@@ -169,4 +171,7 @@ def check_repository(repository: str | os.PathLike) -> dict[str, ModelEntry]:
                     f"model {entry.name}: its ensemble step {step!r} is not in {root}; "
                     "re-export the whole repository with sam3-export"
                 )
+    stale = stale_logic(root)
+    if stale:
+        raise RepositoryError(stale_logic_message(root, stale))
     return models

@@ -47,6 +47,11 @@ class LocalEngine:
         self.configs = load_model_configs(self.repository)
         if not self.configs:
             raise ValueError(f"{self.repository} holds no models (no */config.pbtxt)")
+        from .repository_code import stale_logic, stale_logic_message
+
+        stale = stale_logic(self.repository)
+        if stale:  # this engine runs the package's own code; a server on the copies would not
+            warnings.warn(stale_logic_message(self.repository, stale), stacklevel=3)
         self.threads = threads
         self.runtime, self.precision = runtime, precision
         # decided now, so that an impossible choice (bf16 on a CPU without it) fails at once
@@ -202,13 +207,6 @@ class LocalEngine:
                 f"model {config.name}: the embedded engine cannot run it ({config.platform})"
             )
         module = importlib.import_module(f"napari_sam3.triton_models.{module_name}")
-        copy = version_dir / f"{module_name}.py"
-        if copy.exists() and copy.read_text() != Path(module.__file__).read_text():
-            warnings.warn(
-                f"{copy} differs from this napari-sam3's {module_name}.py: the repository was "
-                "written by another version; re-export it to get identical results on Triton",
-                stacklevel=3,
-            )
         return module.Logic(str(version_dir), parameters)
 
 
