@@ -56,6 +56,10 @@ class VectorPrompt:
     crs: Any = None
 
 
+class ExemplarsOutside(ValueError):
+    """Every exemplar falls outside the raster."""
+
+
 def read_vectors(source: Any, crs: Any = None) -> gpd.GeoDataFrame:
     """A vector file (read with pyogrio; GeoParquet with pyarrow) or a GeoDataFrame, with a CRS."""
     if isinstance(source, VectorPrompt):
@@ -205,7 +209,7 @@ def exemplar_boxes(
     boxes = np.stack([px.min(1), py.min(1), px.max(1), py.max(1)], axis=1)
     inside = (boxes[:, 2] > 0) & (boxes[:, 0] < cols) & (boxes[:, 3] > 0) & (boxes[:, 1] < rows)
     if not inside.any():
-        raise ValueError(
+        raise ExemplarsOutside(
             f"all {len(boxes)} exemplars from {name} fall outside the raster "
             f"({cols} x {rows} pixels, {raster_crs.to_string()}): is it the right file, or the "
             "right CRS?"
@@ -309,47 +313,40 @@ def scene_exemplar_concepts(
     portable: encoded on scene A, it applies to scene B). Exemplars outside every scene are an
     error naming how many.
     """
-    from .raster import read_raster
-    from .scene.tiles import tile_grid
-    from .stretch import scene_stretch, to_model_rgb
+    from .scene.run import read_tile, scene_stats, scene_tiles
 
     prompt = as_vector_prompt(exemplars)
     label = name or (
         Path(prompt.source).stem if isinstance(prompt.source, str | os.PathLike) else "exemplars"
     )
     total = len(read_vectors(prompt))
-    size = int(client.image_size) if tile_size is None else int(tile_size)
-    overlap = size // 8 if overlap is None else int(overlap)
     concepts: list[Any] = []
     for source in sources:
         info = raster_info(source)
         try:
             boxes, labels = exemplar_boxes(prompt, info)
-        except ValueError as exc:
-            if "fall outside the raster" in str(exc):
-                continue  # this scene holds none of them: it is steered by the others'
-            raise
-        tiles = tile_grid(info.rows, info.cols, size, overlap)
+        except ExemplarsOutside:
+            continue  # this scene holds none of them: it is steered by the others'
+        tiles = scene_tiles(client, info, tile_size, overlap)
         bounds = np.array([t.bounds for t in tiles], np.float64)  # r0, c0, r1, c1
         groups: dict[int, list[int]] = {}
         for i, (x1, y1, x2, y2) in enumerate(boxes.astype(np.float64)):
             w = np.clip(np.minimum(x2, bounds[:, 3]) - np.maximum(x1, bounds[:, 1]), 0, None)
             h = np.clip(np.minimum(y2, bounds[:, 2]) - np.maximum(y1, bounds[:, 0]), 0, None)
             groups.setdefault(int(np.argmax(w * h)), []).append(i)
-        stats = None if info.dtype == np.uint8 else scene_stretch(source, bands, nodata=nodata)
+        stats = scene_stats(source, info, bands, nodata)
         for index, members in sorted(groups.items()):
             tile = tiles[index]
-            raster = read_raster(source, bands=bands, window=tile.slices)
-            rgb = to_model_rgb(raster, stats=stats, nodata=nodata)
+            prepared, _, _, _ = read_tile(client, source, tile, bands, stats, nodata)
+            if prepared is None:  # a tile that is all nodata: its exemplars mark nothing
+                continue
             shift = np.array([tile.col, tile.row, tile.col, tile.row], np.float32)
             local = boxes[members] - shift
             local[:, [0, 2]] = local[:, [0, 2]].clip(0, tile.width)
             local[:, [1, 3]] = local[:, [1, 3]].clip(0, tile.height)
-            concepts.append(
-                client.encode_exemplars(client.prepare(rgb), local, labels[members], name=label)
-            )
+            concepts.append(client.encode_exemplars(prepared, local, labels[members], name=label))
     if not concepts:
-        raise ValueError(
+        raise ExemplarsOutside(
             f"all {total} exemplars from {_name(prompt)} fall outside every raster given "
             f"({len(sources)}): is it the right file, or the right CRS?"
         )

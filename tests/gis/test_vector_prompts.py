@@ -204,3 +204,40 @@ def test_geoparquet_exemplars(tmp_path, utm21_tif):
     boxes, _ = vp.exemplar_boxes(path, utm21_tif)
     # web mercator round trip: the box bounds are those of the reprojected corners
     np.testing.assert_allclose(boxes, BOXES, atol=0.05)
+
+
+def test_scene_exemplar_concepts_read_tiles_as_the_scene_run_does(
+    local_client, lonlat_gpkg, utm21_tif, tmp_path
+):
+    """Exemplar tiles are read like every scene tile: the scene's one stretch, nodata zeroed,
+    the same tile-size check."""
+    from napari_sam3.stretch import scene_stretch, to_model_rgb
+
+    with rasterio.open(utm21_tif) as src:
+        data, profile = src.read(), src.profile
+    data[:, :, :40] = 0  # nodata in the exemplars' tile (left of both boxes)
+    profile.update(nodata=0)
+    holed = tmp_path / "holed.tif"
+    with rasterio.open(holed, "w", **profile) as dst:
+        dst.write(data)
+
+    (concept,) = vp.scene_exemplar_concepts(local_client, [holed], lonlat_gpkg)
+    # by hand: the first tile, the whole scene's stretch, nodata pixels black
+    size = local_client.image_size
+    stats = scene_stretch(holed, nodata=0)
+    window = data[:, :size, :size]
+    rgb = to_model_rgb(window, stats=stats, nodata=0)
+    rgb[(window == 0).all(axis=0)] = 0
+    expected = local_client.encode_exemplars(local_client.prepare(rgb), BOXES)
+    for name, value in expected.tensors().items():
+        np.testing.assert_allclose(concept.tensors()[name], value, rtol=1e-5, atol=1e-6)
+
+    with pytest.raises(ValueError, match="tile_size"):
+        vp.scene_exemplar_concepts(local_client, [holed], lonlat_gpkg, tile_size=4)
+
+
+def test_scene_exemplar_concepts_outside_every_scene_is_an_error(
+    local_client, lonlat_gpkg, s2_scene_tif
+):
+    with pytest.raises(vp.ExemplarsOutside, match="fall outside every raster given"):
+        vp.scene_exemplar_concepts(local_client, [s2_scene_tif], lonlat_gpkg)

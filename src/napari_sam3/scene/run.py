@@ -120,10 +120,7 @@ def segment_scene(
     query = _query(client, prompt, keywords, concept, score_thr, mask_thr, max_det, dedup)
     validate.unit_interval("seam_iou", seam_iou, open_low=True)
     info = raster_info(source)
-    size = int(client.image_size) if tile_size is None else tile_size
-    size = validate.integer("tile_size (pixels)", size, 8)
-    overlap = size // 8 if overlap is None else overlap
-    tiles = tile_grid(info.rows, info.cols, int(size), overlap)
+    tiles = scene_tiles(client, info, tile_size, overlap)
     timings = dict.fromkeys(PHASES, 0.0)
     in_flight = default_in_flight(client) if in_flight is None else in_flight
     in_flight = validate.positive_int("in_flight", in_flight, 256)
@@ -154,6 +151,46 @@ def segment_scene(
     return frame
 
 
+def scene_tiles(
+    client: Any, info: RasterInfo, tile_size: int | None, overlap: int | None
+) -> list[Tile]:
+    """The scene's tile grid: `tile_size` (default the model's input size) checked, `overlap`
+    (default a eighth of it)."""
+    size = int(client.image_size) if tile_size is None else tile_size
+    size = validate.integer("tile_size (pixels)", size, 8)
+    overlap = size // 8 if overlap is None else overlap
+    return tile_grid(info.rows, info.cols, int(size), overlap)
+
+
+def scene_stats(
+    source: Source, info: RasterInfo, bands: Sequence[BandKey] | None, nodata: float | None
+) -> StretchStats | None:
+    """The one stretch of a whole scene (uint8 scenes are used as they are)."""
+    return None if info.dtype == np.uint8 else scene_stretch(source, bands=bands, nodata=nodata)
+
+
+def read_tile(
+    client: Any,
+    source: Source,
+    tile: Tile,
+    bands: Sequence[BandKey] | None,
+    stats: StretchStats | None,
+    nodata: float | None,
+) -> tuple[Any, np.ndarray | None, float, float]:
+    """One tile as the model sees it: (PreparedImage, or None where the tile is all nodata;
+    the nodata mask or None; seconds reading; seconds stretching). Nodata pixels are zeroed."""
+    t0 = time.perf_counter()
+    raster = read_raster(source, bands=bands, window=tile.slices)
+    t1 = time.perf_counter()
+    invalid = nodata_pixels(raster.data, raster.nodata if nodata is None else nodata)
+    if invalid is not None and invalid.all():
+        return None, invalid, t1 - t0, time.perf_counter() - t1
+    rgb = to_model_rgb(raster, stats=stats, nodata=nodata)
+    if invalid is not None:
+        rgb[invalid] = 0
+    return client.prepare(rgb), invalid, t1 - t0, time.perf_counter() - t1
+
+
 def default_in_flight(client: Any) -> int:
     """Requests in flight by default: what the engine says it serves at once (a server pool: its
     servers' instances, plus one queued each), else 1 (the embedded engine runs one at a time)."""
@@ -182,23 +219,13 @@ def _run_tiles(
     ``in_flight + _READ_AHEAD + 1`` tiles are held at once.
     """
     t0 = time.perf_counter()
-    if stats is None and info.dtype != np.uint8:
-        stats = scene_stretch(source, bands=bands, nodata=nodata)
+    if stats is None:
+        stats = scene_stats(source, info, bands, nodata)
     timings["scene_stats"] = time.perf_counter() - t0
     timings["stretch"] += timings["scene_stats"]
 
     def load(tile: Tile) -> tuple[Any, np.ndarray | None, float, float]:
-        t0 = time.perf_counter()
-        raster = read_raster(source, bands=bands, window=tile.slices)
-        t1 = time.perf_counter()
-        invalid = nodata_pixels(raster.data, raster.nodata if nodata is None else nodata)
-        if invalid is not None and invalid.all():
-            return None, invalid, t1 - t0, time.perf_counter() - t1
-        rgb = to_model_rgb(raster, stats=stats, nodata=nodata)
-        if invalid is not None:
-            rgb[invalid] = 0
-        prepared = client.prepare(rgb)
-        return prepared, invalid, t1 - t0, time.perf_counter() - t1
+        return read_tile(client, source, tile, bands, stats, nodata)
 
     def infer(prepared: Any) -> tuple[list[pd.DataFrame], float]:
         t0 = time.perf_counter()
