@@ -7,6 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,3 +71,19 @@ def test_wheel_ships_the_manifest_as_a_file(tmp_path):
     assert "napari_sam3/triton_models/triton_adapter.py" in names
     assert "napari-sam3 = napari_sam3:napari.yaml" in entry_points
     assert not any(n.startswith(("torch", "sam3_export")) for n in names)
+
+
+def test_a_real_import_error_in_the_model_logic_is_not_hidden(monkeypatch):
+    """Inside the package the logic modules import their siblings relatively; a failing import
+    must surface as itself, not as the copies' fallback ("No module named 'rle'")."""
+    import importlib
+    import sys
+
+    from napari_sam3.triton_models import postprocess
+
+    monkeypatch.setitem(sys.modules, "napari_sam3.masks.rle", None)  # as if it failed to import
+    with pytest.raises(ImportError) as info:
+        importlib.reload(postprocess)
+    assert "napari_sam3.masks.rle" in str(info.value)
+    monkeypatch.undo()
+    importlib.reload(postprocess)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # inside the napari_sam3 package
+if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
     from .. import contract
     from .cached import ByteLRU, decode_click, decode_grid
-except ImportError:  # the copies beside the Triton model
+else:  # the copies beside the Triton model, where siblings are plain modules
     import contract
     from cached import ByteLRU, decode_click, decode_grid
 

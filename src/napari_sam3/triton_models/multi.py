@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # inside the napari_sam3 package
+if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
     from .. import contract
     from ..masks.rle import RleMasks, decode_masks
     from .cached import concept_inputs
-except ImportError:  # the copies beside the Triton model
+else:  # the copies beside the Triton model, where siblings are plain modules
     import contract
     from cached import concept_inputs
     from rle import RleMasks, decode_masks

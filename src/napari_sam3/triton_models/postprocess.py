@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # inside the napari_sam3 package
+if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
     from ..masks.rle import RleMask, RleMasks
-except ImportError:  # the copy beside the Triton model
+else:  # the copies beside the Triton model, where siblings are plain modules
     from rle import RleMask, RleMasks
 
 DEFAULT_SCORE_THR = 0.5
