@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from napari_sam3 import Sam3Client
+from napari_sam3.connection import ConnectionSpec
 from napari_sam3.sample_data import sentinel2_sample_bands
 from napari_sam3.scene import segment_scene
-from napari_sam3.scene.batch import ClientFactory, segment_scenes
+from napari_sam3.scene.batch import segment_scenes
 from napari_sam3.serve import TritonServer
 
 
@@ -95,13 +96,13 @@ def folder_figures(repository: Path, bands, tile_size: int, tmp: Path) -> None:
         ) as ds:
             ds.write(data)
     paths = sorted(folder.glob("*.tif"))
-    factory = ClientFactory(repository=str(repository), threads=1)
+    spec = ConnectionSpec(repository=str(repository), threads=1)
     print()
     for workers in (None, 1, 2):
         out = tmp / f"out-{workers}"
         t0 = time.perf_counter()
         result = segment_scenes(
-            factory, paths, out, workers=workers, prompt="building", score_thr=0.0,
+            spec, paths, out, workers=workers, prompt="building", score_thr=0.0,
             tile_size=tile_size,
         )  # fmt: skip
         wall = time.perf_counter() - t0

@@ -19,6 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from .bands import parse_bands
+from .connection import (
+    DEADLINE_FACTOR,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    OPTIONS,
+    PRECISION_CHOICES,
+    RUNTIME_CHOICES,
+)
 from .prompts import parse_keywords
 
 RANDOM_BANNER = """
@@ -75,19 +84,34 @@ def ensure_repository(
 
 
 def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    group = parser.add_argument_group("with --models (the embedded engine)")
+    group.add_argument(
         "--runtime",
-        choices=("auto", "openvino", "onnxruntime"),
+        choices=RUNTIME_CHOICES,
         default="auto",
-        help="with --models: what runs the graphs in-process (default auto: OpenVINO on a CPU, "
+        help="what runs the graphs in-process (default auto: OpenVINO on a CPU, "
         "ONNX Runtime where its CUDA provider is installed)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--precision",
-        choices=("auto", "fp32", "bf16"),
+        choices=PRECISION_CHOICES,
         default="auto",
-        help="with --models: fp32, bf16 (OpenVINO on a CPU with native bf16 only) or auto "
+        help="fp32, bf16 (OpenVINO on a CPU with native bf16 only) or auto "
         "(bf16 where native and measured to hold, else fp32)",
+    )
+    group.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="threads per graph (default 0: the runtime's own, every core)",
+    )
+    group.add_argument(
+        "--cache-mib",
+        type=int,
+        metavar="MIB",
+        help="bound of the in-process feature cache in MiB (default: the repository's, four "
+        "full-size images)",
     )
 
 
@@ -96,17 +120,26 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--connect-timeout",
         type=float,
-        default=10.0,
+        default=DEFAULT_CONNECT_TIMEOUT,
         metavar="SECONDS",
-        help="how long to wait for a ready server (default 10; raise it for a cold start)",
+        help=f"how long to wait for a ready server (default {DEFAULT_CONNECT_TIMEOUT:g}; raise it "
+        "for a cold start)",
     )
     group.add_argument(
         "--request-timeout",
         type=float,
-        default=600.0,
+        default=DEFAULT_REQUEST_TIMEOUT,
         metavar="SECONDS",
-        help="the most one request may take (default 600); a server that stops answering is "
-        "given up on after 20 s whatever this says",
+        help=f"the most one request try may take (default {DEFAULT_REQUEST_TIMEOUT:g}); a server "
+        f"that stops answering is given up on after {DEFAULT_LIVENESS_TIMEOUT:g} s whatever "
+        "this says",
+    )
+    group.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="the most one call may take over all its tries (transient errors are retried "
+        f"within it; default {DEADLINE_FACTOR:g} x --request-timeout)",
     )
     group.add_argument("--tls", action="store_true", help="gRPC over TLS")
     group.add_argument(
@@ -118,40 +151,48 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-client-key", metavar="PEM", help="with --tls: its private key")
 
 
-def _server_client(args: argparse.Namespace):
-    """The client of `--server` with the timeout and TLS options."""
-    from .client import Sam3Client
+def _connection_spec(args: argparse.Namespace, repository: Any = None) -> Any:
+    """The one `ConnectionSpec` of the command's model options (`repository`: the demo's).
 
-    files = (args.tls_root_cert, args.tls_client_key, args.tls_client_cert)
-    if not args.tls and any(files):
-        raise UsageError("--tls-root-cert, --tls-client-cert and --tls-client-key need --tls")
-    for name, value in (
-        ("--connect-timeout", args.connect_timeout),
-        ("--request-timeout", args.request_timeout),
-    ):
-        if not value > 0:
-            raise UsageError(f"{name} must be a positive number of seconds, got {value}")
-    return Sam3Client(
-        args.server,
-        connect_timeout=args.connect_timeout,
-        request_timeout=args.request_timeout,
-        tls=args.tls,
-        root_certificates=files[0],
-        private_key=files[1],
-        certificate_chain=files[2],
-    )
+    Every client of a run is made from it: this process's, and each batch worker's."""
+    from .connection import ConnectionSpec
+
+    cache_mib = getattr(args, "cache_mib", None)
+    if cache_mib is not None and (isinstance(cache_mib, bool) or cache_mib < 1):
+        raise UsageError(f"--cache-mib must be a positive number of MiB, got {cache_mib}")
+    given = {
+        "servers": getattr(args, "server", None) or (),
+        "repository": repository or getattr(args, "models", None),
+        "tls": getattr(args, "tls", False),
+        "root_certificates": getattr(args, "tls_root_cert", None),
+        "private_key": getattr(args, "tls_client_key", None),
+        "certificate_chain": getattr(args, "tls_client_cert", None),
+        "connect_timeout": getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        "request_timeout": getattr(args, "request_timeout", DEFAULT_REQUEST_TIMEOUT),
+        "deadline": getattr(args, "deadline", None),
+        "runtime": getattr(args, "runtime", "auto"),
+        "precision": getattr(args, "precision", "auto"),
+        "threads": getattr(args, "threads", 0),
+        "cache_bytes": None if cache_mib is None else cache_mib * 2**20,
+    }
+    try:
+        return ConnectionSpec(**given)
+    except ValueError as error:  # said with the options' names only: "--deadline must be ..."
+        message = str(error)
+        for field, option in OPTIONS.items():
+            message = message.replace(f"{option} ({field})", option)
+        raise UsageError(message) from None
 
 
-def _local_client(models, args: argparse.Namespace):
-    """The embedded client at the asked runtime and precision; says on stderr what it picked."""
-    from .client import Sam3Client
-
-    client = Sam3Client.local(models, runtime=args.runtime, precision=args.precision)
-    print(
-        "napari-sam3: graphs run with " + client.engine.runtime_summary(reasons=True),
-        file=sys.stderr,
-        flush=True,
-    )
+def _connect(spec: Any):
+    """`spec.connect()`; the embedded engine says on stderr which runtime it picked."""
+    client = spec.connect()
+    if spec.embedded:
+        print(
+            "napari-sam3: graphs run with " + client.engine.runtime_summary(),
+            file=sys.stderr,
+            flush=True,
+        )
     return client
 
 
@@ -166,7 +207,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     size = args.size or ("full" if checkpoint else "tiny")
     models = Path(args.models or f"models/{'sam3-' + size if checkpoint else 'random-' + size}")
     ensure_repository(models, checkpoint, size)
-    client = _local_client(models, args)
+    client = _connect(_connection_spec(args, repository=models))
     random_weights = client.manifest.random_weights
     if random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
@@ -293,16 +334,17 @@ def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _load_model(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+def _load_model(args: argparse.Namespace, spec: Any = None) -> tuple[Any, list[Any]]:
+    """The client of `spec` (default: the options') and the --concept files, checked on it."""
     from .concept import Concept
 
     if args.models and not Path(args.models).is_dir():
         raise UsageError(f"--models {args.models}: no such model repository folder")
+    spec = spec if spec is not None else _connection_spec(args)
     try:
-        client = _server_client(args) if args.server else _local_client(args.models, args)
+        client = _connect(spec)
     except Exception as error:  # any failure to reach or load the model stops the run
-        where = args.server or args.models
-        raise UsageError(f"cannot use the model at {where}: {error}") from error
+        raise UsageError(f"cannot use the model at {spec.where}: {error}") from error
     concepts = []
     for path in args.concept or []:
         try:
@@ -376,29 +418,48 @@ def _describe(df: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "nothing found"
 
 
-def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
-    """--workers / --dask / --resume: one dask task per scene into the --out folder."""
-    from .scene.batch import ClientFactory, FolderLocked, segment_scenes
+def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict[str, Any]]:
+    """--workers / --dask / --resume: (the ConnectionSpec every worker connects with, every
+    other argument of ``segment_scenes``), with everything the serial run uses: the scene options,
+    the --concept files and the --exemplars concepts (encoded once, here, on the same model as
+    a serial run, so every worker applies the very same concepts), the post-processing.
 
+    The model is reached once here (exit 2 if it cannot be); workers make their own clients."""
     if Path(args.out).suffix:
         raise UsageError(
             "--workers, --dask and --resume write one output per raster: give --out a folder"
         )
     options = _segment_options(args)
-    client, _ = _load_model(args)  # reachable, the concepts fit: checked once, here
-    if client.manifest.random_weights:
-        print(RANDOM_BANNER, file=sys.stderr, flush=True)
-    client.close()
-    if args.server:
-        factory = ClientFactory(servers=tuple(args.server.split(",")))
-    else:
-        factory = ClientFactory(
-            repository=str(Path(args.models).resolve()),
-            runtime=args.runtime,
-            precision=args.precision,
-        )
-    if args.concept:
-        options["concept"] = [str(Path(c).resolve()) for c in args.concept]
+    post = _postprocess_options(args)
+    spec = _connection_spec(args)
+    client, concepts = _load_model(args, spec)  # reachable, the concepts fit: checked once
+    try:
+        if client.manifest.random_weights:
+            print(RANDOM_BANNER, file=sys.stderr, flush=True)
+        concepts += _exemplar_concepts(args, client, inputs, options)
+    finally:
+        client.close()
+    if concepts:
+        options["concept"] = concepts
+    batch = {
+        "paths": inputs,
+        "out_dir": args.out,
+        "fmt": args.format,
+        "workers": args.workers,
+        "scheduler": args.dask,
+        "resume": args.resume,
+        "overwrite": args.overwrite,
+        "simplify": args.simplify,
+        "postprocess": post,
+    }
+    return spec, {**batch, **options}
+
+
+def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
+    """--workers / --dask / --resume: one dask task per scene into the --out folder."""
+    from .scene.batch import FolderLocked, segment_scenes
+
+    spec, plan = _batch_plan(args, inputs)
 
     def report(path: Path, status: str, detail: Any) -> None:
         if status == "failed":
@@ -415,19 +476,7 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
             )
 
     try:
-        result = segment_scenes(
-            factory,
-            inputs,
-            args.out,
-            fmt=args.format,
-            workers=args.workers,
-            scheduler=args.dask,
-            resume=args.resume,
-            overwrite=args.overwrite,
-            simplify=args.simplify,
-            report=report,
-            **options,
-        )
+        result = segment_scenes(spec, report=report, **plan)
     except (FolderLocked, FileExistsError) as error:
         raise UsageError(str(error)) from None
     done = len(result.done) + len(result.skipped)
@@ -526,8 +575,13 @@ def cmd_segment(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    client = _server_client(args) if args.server else _local_client(args.models, args)
+    client = _connect(_connection_spec(args))
     print(repr(client))
+    if not args.server:
+        from .triton_models import host, onnx_runner
+
+        print("why: " + onnx_runner.reasons(client.engine.choices), file=sys.stderr)
+        print("this machine: " + host.detect().describe(), file=sys.stderr)
     print(json.dumps(client.manifest.as_dict(), indent=2, sort_keys=True))
     return 0
 

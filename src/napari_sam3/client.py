@@ -7,6 +7,7 @@ postprocess, so they return the same DataFrames.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 from . import contract, validate
-from .cache import FeatureCacheClient
+from .cache import FeatureCacheClient, ModelChanged, ModelSwitched, model_changed
 from .concept import Concept
+from .connection import DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVENESS_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 from .engines.local import LocalEngine
 from .image import ImageHandle
 from .letterbox import Letterbox
@@ -27,6 +29,22 @@ from .stretch import to_model_rgb
 from .tokenizer import tokenize
 
 ImageLike = str | os.PathLike | np.ndarray | Raster
+
+
+def _on_the_served_model(method):
+    """Run a call on pixels once more when the server turned out to serve another model than
+    the one it was prepared for (the client follows the server in between; see cache.py)."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except ModelSwitched:
+            if self._features.is_pinned:  # for something made with the old model (a handle)
+                raise
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 @dataclass
@@ -42,22 +60,25 @@ class Sam3Client:
     def __init__(
         self,
         address: str | Sequence[str],
-        connect_timeout: float = 10.0,
-        request_timeout: float = 600.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         retries: int = 3,
         *,
+        deadline: float | None = None,
         tls: bool = False,
         root_certificates: str | os.PathLike | None = None,
         private_key: str | os.PathLike | None = None,
         certificate_chain: str | os.PathLike | None = None,
-        liveness_timeout: float = 20.0,
+        liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
     ) -> None:
         """A Triton server's gRPC address, ``host:port``; several (a list, or ``"a:8001,b:8001"``)
         make a pool (engines/pool.py) that spreads requests and survives a server's loss.
 
         `connect_timeout`: how long to wait for a ready server; `request_timeout`: the most one
-        request may take (the client gives up sooner, after `liveness_timeout` seconds, on a
-        server that stops answering). `tls=True` for a server behind TLS: `root_certificates`
+        request try may take (the client gives up sooner, after `liveness_timeout` seconds, on a
+        server that stops answering); `deadline`: all tries of one call together (default 1.5 x
+        `request_timeout`). `napari_sam3.connection.ConnectionSpec` holds these and makes the
+        client (the CLI, the panel and batch workers use it). `tls=True` for a server behind TLS: `root_certificates`
         is the CA file to trust (default: the system's), `private_key` and
         `certificate_chain` the client's certificate where the server asks for one.
         """
@@ -68,7 +89,11 @@ class Sam3Client:
             raise ValueError("certificate files are for TLS: pass tls=True with them")
         from .engines.pool import PoolEngine, split_addresses
 
-        options = {"liveness_timeout": liveness_timeout, "tls": TlsOptions(*given) if tls else None}
+        options = {
+            "liveness_timeout": liveness_timeout,
+            "deadline": deadline,
+            "tls": TlsOptions(*given) if tls else None,
+        }
         addresses = split_addresses(address)
         if len(addresses) > 1:  # a pool: requests spread, a dead server's retried elsewhere
             self.engine = PoolEngine(
@@ -117,9 +142,18 @@ class Sam3Client:
         return client
 
     def _load_manifest(self) -> None:
-        self.manifest = contract.manifest_from_config(self.engine.config(contract.SEGMENT))
-        self.image_size = self.manifest.image_size
-        self.model_id = self.manifest.model_id
+        self._previous_models: set[str] = set()  # models this client served before a change
+        self._read_manifest()
+        self._features = FeatureCacheClient(
+            self.engine,
+            self.model_id,
+            on_change=self._follow_model,
+            remote=not isinstance(self.engine, LocalEngine),
+        )
+        self._features.info()  # the cache model loads now: a bad bound fails here, not later
+
+    def _read_manifest(self) -> None:
+        manifest = contract.manifest_from_config(self.engine.config(contract.SEGMENT))
         try:
             self.engine.config(contract.CACHED)
         except ValueError:
@@ -128,8 +162,40 @@ class Sam3Client:
                 "older sam3-export, or the model failed to load: see the server log): export "
                 "the repository again"
             ) from None
-        self._features = FeatureCacheClient(self.engine, self.model_id)
-        self._features.info()  # the cache model loads now: a bad bound fails here, not later
+        self.manifest = manifest
+        self.image_size = manifest.image_size
+        self.model_id = manifest.model_id
+
+    def _follow_model(self, served: str) -> str:
+        """The server serves another model now (restarted on another repository): forget its
+        configs, read the manifest again; the model id this client serves from now on."""
+        old = self.model_id
+        refresh = getattr(self.engine, "refresh", None)
+        if refresh is not None:
+            refresh()
+        self._read_manifest()
+        if self.model_id != old:
+            self._previous_models.add(old)
+            self._previous_models.discard(self.model_id)
+        return self.model_id
+
+    def _describe_model(self) -> str:
+        m = self.manifest
+        weights = "random weights" if m.random_weights else "checkpoint"
+        return f" ({m.size}, {m.image_size} px input, {weights})"
+
+    def _changed(self, old: str, what: str, todo: str) -> ModelChanged:
+        """The error for `what`, made with model `old`, on the model this client serves now."""
+        return model_changed(self.address, old, self.model_id, what, todo, self._describe_model())
+
+    def _check_concept(self, concept: Concept) -> None:
+        if concept.model_id != self.model_id and concept.model_id in self._previous_models:
+            raise self._changed(
+                concept.model_id,
+                f"concept {concept.name or '(unnamed)'}",
+                "re-encode it on the new model (encode_exemplars with its exemplar boxes)",
+            )
+        concept.check_model(self.model_id)
 
     @property
     def address(self) -> str:
@@ -177,6 +243,15 @@ class Sam3Client:
     def _as_prepared(self, image: ImageLike | PreparedImage, bands=None) -> PreparedImage:
         if isinstance(image, PreparedImage):
             if image.images_u8.shape[-1] != self.image_size:
+                if self._previous_models:  # the server was restarted on another repository
+                    raise ModelChanged(
+                        f"the server at {self.address} now serves model {self.model_id[:12]}"
+                        f"{self._describe_model()}; this image was prepared for the "
+                        f"{image.images_u8.shape[-1]} px input of the model it served before: "
+                        "prepare it again (client.image(...) or client.prepare(...))",
+                        address=self.address,
+                        new_model_id=self.model_id,
+                    )
                 raise ValueError("this PreparedImage was made for another model size")
             return image
         return self.prepare(image, bands)
@@ -231,6 +306,7 @@ class Sam3Client:
         return options
 
     # -- grounding --------------------------------------------------------------------------
+    @_on_the_served_model
     def segment(
         self,
         image: ImageLike | PreparedImage,
@@ -279,6 +355,7 @@ class Sam3Client:
         if concept is not None:
             if not isinstance(concept, Concept):
                 raise TypeError(f"concept must be a Concept, got {type(concept).__name__}")
+            self._check_concept(concept)
             inputs.update(concept.inputs(self.manifest))
             kind = "concept"
         else:
@@ -301,6 +378,7 @@ class Sam3Client:
         frame.attrs["cache"] = status
         return frame
 
+    @_on_the_served_model
     def multi(
         self,
         image: ImageLike | PreparedImage,
@@ -320,7 +398,7 @@ class Sam3Client:
         if isinstance(keywords, str):
             raise TypeError("keywords must be a list of strings, e.g. ['building', 'road']")
         keywords = list(keywords)
-        named = _named_concepts(concepts, self.model_id)
+        named = _named_concepts(concepts, self._check_concept)
         if not keywords and not named:
             raise ValueError("keywords is empty: give at least one, e.g. ['building']")
         bad = [k for k in keywords if not isinstance(k, str) or not k.strip()]
@@ -377,6 +455,7 @@ class Sam3Client:
         return frame
 
     # -- concepts ----------------------------------------------------------------------------
+    @_on_the_served_model
     def encode_exemplars(
         self,
         image: ImageLike | PreparedImage,
@@ -407,6 +486,7 @@ class Sam3Client:
         )
 
     # -- interactive -------------------------------------------------------------------------
+    @_on_the_served_model
     def interactive(self, image: ImageLike | PreparedImage, bands=None):
         """Encode the image once; then every click, box or painted mask refines a mask."""
         from .interactive import InteractiveSession
@@ -448,7 +528,7 @@ def _vector_exemplars(image, exemplars, boxes, labels):
     return vector_prompts.combine_boxes(boxes, labels, found)
 
 
-def _named_concepts(concepts, model_id: str) -> list[tuple[str, Concept]]:
+def _named_concepts(concepts, check) -> list[tuple[str, Concept]]:
     if concepts is None:
         return []
     if isinstance(concepts, Concept):
@@ -463,7 +543,7 @@ def _named_concepts(concepts, model_id: str) -> list[tuple[str, Concept]]:
     for _, concept in items:
         if not isinstance(concept, Concept):
             raise TypeError(f"concepts must be Concept objects, got {type(concept).__name__}")
-        concept.check_model(model_id)
+        check(concept)
     return items
 
 

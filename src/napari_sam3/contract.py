@@ -132,6 +132,7 @@ INTERACTIVE_OUTPUTS = (PVS_IOU, PVS_LOW_RES, MASKS_RLE)
 CACHE_OP = "cache_op"  # string [1]: ground, concept, interactive, encode, info, clear
 CACHE_STATUS = "cache_status"  # string [1]: hit, encoded, or miss (send images_u8 again)
 CACHE_INFO = "cache_info"  # string [1]: JSON statistics
+CACHE_MODEL_ID = "cache_model_id"  # string [1]: the model_id of the model that answered
 ENCODED_CONCEPT = ("encoded_concept_tokens", "encoded_concept_padding_mask")
 
 

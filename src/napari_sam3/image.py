@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .cache import ModelSwitched
+
 _KEEP = object()
 REFILTER_OPTIONS = ("score_thr", "mask_thr", "max_det", "dedup")
 
@@ -22,6 +24,7 @@ class ImageHandle:
         self.prepared = prepared
         self.result: pd.DataFrame | None = None
         self._last: tuple[str, tuple, dict] | None = None
+        self._model_id: str | None = None  # the model of `result`
 
     @property
     def key(self) -> str:
@@ -44,12 +47,16 @@ class ImageHandle:
 
     def encode(self) -> str:
         """Run the encoder now unless the features are held: "encoded" or "hit"."""
-        return self.client._features.encode(self.prepared)
+        try:
+            return self.client._features.encode(self.prepared)
+        except ModelSwitched:  # the server serves another model now: encode for that one
+            return self.client._features.encode(self.prepared)
 
     def _remember(self, method: str, args: tuple, kwargs: dict) -> pd.DataFrame:
         frame = getattr(self.client, method)(self.prepared, *args, **kwargs)
         self._last = (method, args, kwargs)
         self.result = frame
+        self._model_id = self.client.model_id
         return frame
 
     def segment(self, prompt: str | None = None, **kwargs) -> pd.DataFrame:
@@ -69,7 +76,11 @@ class ImageHandle:
     def refilter(
         self, *, score_thr=_KEEP, mask_thr=_KEEP, max_det=_KEEP, dedup=_KEEP
     ) -> pd.DataFrame:
-        """The last segment/multi again with some options changed (the others as they were)."""
+        """The last segment/multi again with some options changed (the others as they were).
+
+        Raises `ModelChanged` when the server now serves another model than the one that made
+        the last result (a remote server restarted on another repository).
+        """
         if self._last is None:
             raise ValueError("nothing to re-filter: run segment() or multi() on this image first")
         method, args, kwargs = self._last
@@ -80,7 +91,27 @@ class ImageHandle:
             )
             if value is not _KEEP
         }
-        return self._remember(method, args, {**kwargs, **changed})
+        self._check_model()  # a change noticed since
+        # a change noticed by this call (its answer, or the question before a memo answer)
+        # raises here rather than being answered by the new model
+        with self.client._features.pinned():
+            try:
+                frame = getattr(self.client, method)(self.prepared, *args, **{**kwargs, **changed})
+            except ModelSwitched:
+                if self.client.model_id == self._model_id:
+                    raise
+        self._check_model()  # raises after a switch
+        self._last = (method, args, {**kwargs, **changed})
+        self.result = frame
+        return frame
+
+    def _check_model(self) -> None:
+        if self.client.model_id != self._model_id:
+            raise self.client._changed(
+                self._model_id,
+                "the last result of this image handle",
+                "run segment() or multi() on it again (the new model answers them)",
+            )
 
     def __repr__(self) -> str:
         rows, cols = self.letterbox.image_shape

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from . import contract
+from .cache import ModelSwitched
 from .masks.rle import RleMasks
 from .results import FrameMask, decode_answer
 
@@ -41,6 +42,7 @@ class InteractiveSession:
         self._history: list[tuple[PromptState, pd.DataFrame | None]] = []
         self._state = PromptState()
         self.result: pd.DataFrame | None = None
+        self.model_id = client.model_id  # its prompts and mask inputs belong to this model
         # the features of an image seen before (by any prompt) are reused; see cache.py
         self.status = client._features.encode(prepared)
 
@@ -50,10 +52,21 @@ class InteractiveSession:
         return self.client._features.key(self.prepared)
 
     def _request(self, inputs: dict, outputs) -> dict:
-        out, self.status = self.client._features.request(
-            self.prepared, "interactive", inputs, outputs
-        )
-        return out
+        if self.client.model_id == self.model_id:
+            try:
+                out, self.status = self.client._features.request(
+                    self.prepared, "interactive", inputs, outputs
+                )
+                return out
+            except ModelSwitched:
+                if self.client.model_id == self.model_id:
+                    raise
+        raise self.client._changed(
+            self.model_id,
+            "this interactive session",
+            "start a new one with client.interactive(image) (its prompts and masks belong to "
+            "the old model)",
+        ) from None
 
     @property
     def letterbox(self):

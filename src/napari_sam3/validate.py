@@ -55,6 +55,17 @@ def non_negative(name: str, value: object) -> float:
     return result
 
 
+def seconds(name: str, value: object) -> float:
+    """``value`` as a finite float > 0: a timeout or a deadline (the one check of them all)."""
+    try:
+        result = number(name, value)
+    except ValueError:
+        result = None
+    if result is None or result <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return result
+
+
 def integer(name: str, value: object, low: int, high: int | None = None) -> int:
     """``value`` as an int in ``low..high`` (inclusive; ``high`` None: no upper bound)."""
     if high is not None:

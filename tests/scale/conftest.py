@@ -22,3 +22,18 @@ def write_geotiff(path: Path, data: np.ndarray, crs: str = "EPSG:32633", transfo
 @pytest.fixture
 def geotiff():
     return write_geotiff
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """One running dask.distributed LocalCluster (two worker processes, one thread each) that
+    tests send work to by its address, as to any scheduler (`--dask tcp://...`)."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=40,
+    ) as cluster:
+        yield cluster

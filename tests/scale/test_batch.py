@@ -12,8 +12,9 @@ import pytest
 import rasterio
 
 from napari_sam3.cli import main
+from napari_sam3.connection import ConnectionSpec
 from napari_sam3.raster import read_raster
-from napari_sam3.scene.batch import JOURNAL, LOCK, ClientFactory, segment_scenes
+from napari_sam3.scene.batch import JOURNAL, LOCK, segment_scenes
 from napari_sam3.serve import free_port
 
 from .conftest import write_geotiff
@@ -48,9 +49,9 @@ def counts(out):
 def test_workers_2_match_a_serial_run_and_resume_rewrites_nothing(
     folder, tiny_repository, tmp_path, capsys
 ):
-    factory = ClientFactory(repository=str(tiny_repository))
+    spec = ConnectionSpec(repository=str(tiny_repository))
     paths = sorted(folder.glob("*.tif"))
-    serial = segment_scenes(factory, paths, tmp_path / "serial", prompt="building", score_thr=0.0)
+    serial = segment_scenes(spec, paths, tmp_path / "serial", prompt="building", score_thr=0.0)
     assert set(serial.failed) == {str(folder / "truncated.tif")}
 
     out = tmp_path / "out"
@@ -76,15 +77,15 @@ def test_workers_2_match_a_serial_run_and_resume_rewrites_nothing(
 
 
 def test_changed_input_or_options_are_not_skipped(folder, tiny_repository, tmp_path):
-    factory = ClientFactory(repository=str(tiny_repository))
+    spec = ConnectionSpec(repository=str(tiny_repository))
     paths = [folder / "north.tif"]
     out = tmp_path / "out"
-    first = segment_scenes(factory, paths, out, prompt="building", score_thr=0.0)
+    first = segment_scenes(spec, paths, out, prompt="building", score_thr=0.0)
     assert list(first.done) == [str(paths[0])]
-    again = segment_scenes(factory, paths, out, prompt="building", score_thr=0.0, resume=True)
+    again = segment_scenes(spec, paths, out, prompt="building", score_thr=0.0, resume=True)
     assert list(again.skipped) == [str(paths[0])] and not again.done
     with pytest.raises(FileExistsError, match="overwrite"):
-        segment_scenes(factory, paths, out, prompt="road", score_thr=0.0, resume=True)
+        segment_scenes(spec, paths, out, prompt="road", score_thr=0.0, resume=True)
 
 
 def test_a_second_run_on_a_locked_folder_refuses(folder, tiny_repository, tmp_path, capsys):
@@ -99,7 +100,7 @@ def test_a_second_run_on_a_locked_folder_refuses(folder, tiny_repository, tmp_pa
     (out / LOCK).write_text(json.dumps({"pid": 2**22 + 12345, "host": os.uname().nodename}))
     with pytest.warns(UserWarning, match="stale lock"):
         result = segment_scenes(
-            ClientFactory(repository=str(tiny_repository)), [folder / "north.tif"], out,
+            ConnectionSpec(repository=str(tiny_repository)), [folder / "north.tif"], out,
             prompt="building",
         )  # fmt: skip
     assert result.ok and not (out / LOCK).exists()
@@ -119,7 +120,7 @@ def test_a_band_free_label_raster_folder(folder, tiny_repository, tmp_path):
     """tif outputs too: label rasters on each scene's grid."""
     out = tmp_path / "labels"
     result = segment_scenes(
-        ClientFactory(repository=str(tiny_repository)), [folder / "south.tif"], out,
+        ConnectionSpec(repository=str(tiny_repository)), [folder / "south.tif"], out,
         fmt="tif", prompt="building", score_thr=0.0,
     )  # fmt: skip
     assert result.ok

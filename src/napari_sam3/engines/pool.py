@@ -5,7 +5,10 @@ every address its host name resolves to). The pool sends each request to the hea
 the fewest requests in flight. A member whose request fails in transport (the server died, the
 network went away) leaves the rotation and the request is sent again to another member; a probe
 thread re-checks the members that are out every ``probe_interval`` seconds and lets them rejoin
-once they are live and ready and serve the same model. A request that names an image by its
+once they are live and ready and serve the same model (when every server is out and they come
+back on another model, as after restarting them all on another repository, the pool takes the
+model of the first one back; the client notices the change in its next answer). A request that
+names an image by its
 ``image_id`` without its pixels (the feature cache, an interactive session) goes to the member
 that was sent them; if that one is out, to another, whose "miss" makes the client resend them.
 """
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .. import contract
+from ..connection import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 from .model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,14 @@ def split_addresses(address: str | Sequence[str]) -> list[str]:
     return out
 
 
+class _OtherModel(ValueError):
+    """A server that serves another model than the pool."""
+
+    def __init__(self, message: str, model_id: str) -> None:
+        super().__init__(message)
+        self.model_id = model_id
+
+
 @dataclass
 class _Member:
     address: str
@@ -63,8 +75,8 @@ class PoolEngine:
     def __init__(
         self,
         addresses: str | Sequence[str],
-        connect_timeout: float = 30.0,
-        request_timeout: float = 300.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         retries: int = 3,
         probe_interval: float = 2.0,
         grace: float = 3.0,
@@ -110,9 +122,10 @@ class PoolEngine:
                 if self._model_id is None:
                     self._model_id = model_id
             if model_id != self._model_id:
-                raise ValueError(
+                raise _OtherModel(
                     f"Triton at {member.address} serves model {model_id[:12]}, the pool serves "
-                    f"{self._model_id[:12]}; every server of a pool must serve the same repository"
+                    f"{self._model_id[:12]}; every server of a pool must serve the same repository",
+                    model_id,
                 )
             instances = _instances(engine.config(contract.ENCODER))
         except Exception:
@@ -207,12 +220,66 @@ class PoolEngine:
                 down = [m for m in self._members if m.engine is None]
             for member in down:
                 try:
-                    self._open(member, 1.0)  # one quick look
+                    try:
+                        self._open(member, 1.0)  # one quick look
+                    except _OtherModel as error:
+                        if not self._adopt(error.model_id):
+                            raise
+                        self._open(member, 1.0)
                 except (ConnectionError, ValueError) as error:
                     with self._cond:
                         member.reason = str(error)
                     continue
                 log.warning("Triton at %s rejoined the pool", member.address)
+
+    def _adopt(self, model_id: str) -> bool:
+        """Serve `model_id` from now on if no server of the pool is up (every one of them was
+        restarted on another repository); False while some server still serves the pool's."""
+        with self._cond:
+            if self._healthy() or self._closed:
+                return False
+            old, self._model_id = self._model_id, model_id
+            self._configs.clear()
+            self._holders.clear()
+        log.warning(
+            "every Triton server of the pool %s was out; it serves model %s now (was %s)",
+            self.address,
+            model_id[:12],
+            (old or "?")[:12],
+        )
+        return True
+
+    def refresh(self) -> None:
+        """Forget the configs read so far and the servers that hold each image, and serve the
+        model most of the servers up now serve (the others leave the pool until they serve it).
+
+        `Sam3Client` calls this when an answer names another model than its own."""
+        with self._cond:
+            self._configs.clear()
+            self._holders.clear()
+            up = [(m, m.engine) for m in self._healthy()]
+        served: dict[str, list] = {}
+        for member, engine in up:
+            engine.refresh()
+            try:
+                model_id = contract.manifest_from_config(engine.config(contract.SEGMENT)).model_id
+            except (ConnectionError, ValueError) as error:
+                self._drop(member, engine, str(error).split(";")[0])
+                continue
+            served.setdefault(model_id, []).append((member, engine))
+        if not served:
+            return
+        model_id = max(served, key=lambda m: len(served[m]))  # ties: the first address's
+        with self._cond:
+            self._model_id = model_id
+        for other, members in served.items():
+            for member, engine in members if other != model_id else ():
+                self._drop(
+                    member,
+                    engine,
+                    f"serves model {other[:12]}, the pool serves {model_id[:12]}; every server "
+                    "of a pool must serve the same repository",
+                )
 
     # -- requests -------------------------------------------------------------------------
     def _acquire(self, key: str | None, pixels: bool) -> tuple[_Member, Any]:

@@ -26,6 +26,14 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from .. import validate
+
+# the timeouts' defaults live in napari_sam3.connection (the CLI, the panel and batch runs use it)
+from ..connection import (
+    DEADLINE_FACTOR,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+)
 from .model_config import ModelConfig, parse_model_config
 
 # Worth a retry: the request never reached a model (refused, reset, overloaded). A try that ran
@@ -34,10 +42,6 @@ TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED"}
 TIMED_OUT = "StatusCode.DEADLINE_EXCEEDED"
 MAX_MESSAGE = 2**31 - 1  # as tritonclient's own default (images and masks can be large)
 MAX_PEM_BYTES = 1 << 20
-
-DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_REQUEST_TIMEOUT = 600.0  # a full-size CPU encoder pass takes ~40 s, a scene tile more
-DEFAULT_LIVENESS_TIMEOUT = 20.0
 
 
 class RequestTimeout(ConnectionError, TimeoutError):
@@ -156,7 +160,9 @@ class TritonEngine:
             _check_seconds("deadline", deadline)
         self.address = address if isinstance(address, str) else ",".join(address)
         self.request_timeout = float(request_timeout)
-        self.deadline = float(deadline) if deadline is not None else 1.5 * self.request_timeout
+        self.deadline = (
+            float(deadline) if deadline is not None else DEADLINE_FACTOR * self.request_timeout
+        )
         self.liveness_timeout = float(liveness_timeout)
         self.probe_interval = float(probe_interval)
         self.retries = retries
@@ -256,6 +262,14 @@ class TritonEngine:
             proto = self._with_retries(fetch, f"the config of {model_name}", per_try=30.0)
             self._configs[model_name] = parse_model_config(text_format.MessageToString(proto))
         return self._configs[model_name]
+
+    def refresh(self) -> None:
+        """Forget the model configs read so far: the next `config` asks the server again.
+
+        A server restarted on another model repository serves other configs (another model_id,
+        perhaps other sizes); `Sam3Client` calls this when an answer names another model."""
+        with self._lock:
+            self._configs.clear()
 
     def infer(
         self,
@@ -363,8 +377,7 @@ class TritonEngine:
 
 
 def _check_seconds(name: str, value) -> None:
-    if validate.number(name, value) <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    validate.seconds(name, value)
 
 
 def _describe(error: InferenceServerException) -> str:

@@ -1,12 +1,15 @@
 """Folders of scenes: one task per scene on dask.distributed, a run journal, resume, a lock.
 
-``segment_scenes(factory, paths, out_dir)`` segments every scene into ``out_dir/<stem>.<fmt>``
-(written atomically by :func:`~napari_sam3.scene.write_scene`). Scenes run as tasks of a
-``dask.distributed`` cluster (a ``LocalCluster`` of ``workers`` processes, or the scheduler at
-``scheduler``), or one after another in this process when neither is given. Each worker process
-makes its own client once, from ``factory`` (a :class:`ClientFactory`: picklable, it names an
-embedded repository or Triton addresses). A failed scene is retried once, then reported; the
-others finish.
+``segment_scenes(spec, paths, out_dir)`` segments every scene into ``out_dir/<stem>.<fmt>``
+(written atomically by :func:`~napari_sam3.scene.write_scene`, with the model's provenance and the
+optional vector post-processing). Scenes run as tasks of a ``dask.distributed`` cluster (a
+``LocalCluster`` of ``workers`` processes, or the scheduler at ``scheduler``), or one after another
+in this process when neither is given. Each worker process makes its own client once, from
+``spec`` (a :class:`~napari_sam3.connection.ConnectionSpec`: picklable, it holds the embedded
+repository or the Triton addresses with their TLS files and timeouts, exactly as the CLI and the
+panel connect). Concepts travel to the workers as they are (computed once by the caller), so
+every worker applies the same ones. A failed scene is retried once, then reported; the others
+finish.
 
 Beside the outputs, ``napari-sam3-journal.json`` (rewritten atomically after every scene) records
 each finished scene: the input's size and mtime, the options, the output and its feature count.
@@ -29,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..concept import Concept
+from ..connection import ConnectionSpec
 from ..io_utils import atomic_write_bytes
 
-__all__ = ["BatchResult", "ClientFactory", "FolderLocked", "segment_scenes"]
+__all__ = ["BatchResult", "FolderLocked", "segment_scenes"]
 
 JOURNAL = "napari-sam3-journal.json"
 LOCK = ".napari-sam3.lock"
@@ -42,41 +47,16 @@ class FolderLocked(RuntimeError):
     """Another run is writing the output folder."""
 
 
-@dataclass(frozen=True)
-class ClientFactory:
-    """How a worker makes its client: an embedded repository, or Triton server addresses."""
-
-    repository: str | None = None
-    servers: tuple[str, ...] = ()
-    threads: int = 0
-    connect_timeout: float = 10.0
-    runtime: str = "auto"
-    precision: str = "auto"
-
-    def __post_init__(self) -> None:
-        if (self.repository is None) == (not self.servers):
-            raise ValueError("a ClientFactory needs a repository folder or server addresses")
-
-    def __call__(self) -> Any:
-        from ..client import Sam3Client
-
-        if self.repository is not None:
-            return Sam3Client.local(
-                self.repository, self.threads, runtime=self.runtime, precision=self.precision
-            )
-        return Sam3Client(list(self.servers), connect_timeout=self.connect_timeout)
-
-
-_clients: dict[ClientFactory, Any] = {}
+_clients: dict[ConnectionSpec, Any] = {}
 _clients_lock = threading.Lock()
 
 
-def _client(factory: ClientFactory) -> Any:
-    """This process's client for `factory`, made on first use (one per worker process)."""
+def _client(spec: ConnectionSpec) -> Any:
+    """This process's client for `spec`, made on first use (one per worker process)."""
     with _clients_lock:
-        if factory not in _clients:
-            _clients[factory] = factory()
-        return _clients[factory]
+        if spec not in _clients:
+            _clients[spec] = spec.connect()
+        return _clients[spec]
 
 
 @dataclass
@@ -102,30 +82,44 @@ def _fingerprint(path: Path) -> dict[str, int]:
 
 
 def _options_key(options: dict[str, Any]) -> str:
-    text = json.dumps(options, sort_keys=True, default=str)
+    text = json.dumps(options, sort_keys=True, default=_key_part)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _key_part(value: Any) -> Any:
+    """What identifies an option value in the journal (a concept: its content)."""
+    if isinstance(value, Concept):  # its content: same name, other exemplars is another run
+        return {"concept": hashlib.sha256(value.to_bytes()).hexdigest()}
+    if hasattr(value, "steps"):  # a PostProcess
+        return {"postprocess": value.steps}
+    return str(value)
+
+
 def segment_one(
-    factory: ClientFactory,
+    spec: ConnectionSpec,
     path: str,
     target: str,
     options: dict[str, Any],
     overwrite: bool,
     simplify: float,
     cog: bool = False,
+    postprocess: Any = None,
 ) -> dict[str, Any]:
-    """One scene on this process's client -> its output, written atomically; a summary."""
+    """One scene on this process's client -> its output with the model's provenance (and
+    `postprocess`, a :class:`~napari_sam3.gis_post.PostProcess`), written atomically; a summary.
+    """
+    from ..gis import add_provenance
     from .output import write_scene
     from .run import segment_scene
 
     t0 = time.perf_counter()
-    client = _client(factory)
+    client = _client(spec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         df = segment_scene(client, path, progress=False, **options)
+        df = add_provenance(df, client.manifest)
         t1 = time.perf_counter()
-        write_scene(df, target, path, overwrite, simplify, cog)
+        write_scene(df, target, path, overwrite, simplify, cog, postprocess=postprocess)
     timings = dict(df.attrs.get("timings", {}))
     timings["write"] = time.perf_counter() - t1
     counts = df.groupby("keyword").size().to_dict() if len(df) else {}
@@ -228,7 +222,7 @@ def _finished(entry: dict | None, path: Path, target: Path, key: str) -> bool:
 
 
 def segment_scenes(
-    client_factory: ClientFactory,
+    spec: ConnectionSpec,
     paths: Sequence[PathLike],
     out_dir: PathLike,
     *,
@@ -239,6 +233,7 @@ def segment_scenes(
     overwrite: bool = False,
     retries: int = 1,
     simplify: float = 0.0,
+    postprocess: Any = None,
     scheduler_timeout: float = 5.0,
     report: Any = None,
     **options: Any,
@@ -246,7 +241,8 @@ def segment_scenes(
     """Segment every scene of `paths` into ``out_dir/<stem>.<fmt>``; see the module doc.
 
     Args:
-        client_factory: a :class:`ClientFactory` (each worker makes its client from it).
+        spec: a :class:`~napari_sam3.connection.ConnectionSpec` (each worker process makes
+            its client from it, once).
         paths: raster files (one scene each).
         out_dir: the output folder (made if missing); it holds the journal and the lock.
         fmt: a ``--format`` name (``gpkg``, ``geojson``, ..., ``tif``/``cog`` label rasters).
@@ -256,13 +252,20 @@ def segment_scenes(
         overwrite: replace existing outputs; without it (and without ``resume`` covering
             them) an existing output stops the run before anything starts.
         retries: tries after the first for a failed scene.
+        simplify: polygon simplification in pixels (as ``write_scene``).
+        postprocess: a :class:`~napari_sam3.gis_post.PostProcess` for the polygons (vector
+            formats), as ``write_scene``; None: none.
         scheduler_timeout: seconds to wait for ``scheduler`` to answer.
         report: ``callable(path, status, detail)`` per scene as it ends (status ``done`` /
             ``skipped`` / ``failed``), e.g. to print progress.
-        options: :func:`~napari_sam3.scene.segment_scene` keywords (prompt, keywords, ...).
+        options: :func:`~napari_sam3.scene.segment_scene` keywords (prompt, keywords, concept,
+            ...). Concepts are best given as :class:`~napari_sam3.concept.Concept` objects.
     """
-    if not isinstance(client_factory, ClientFactory):
-        raise TypeError("client_factory must be a ClientFactory (picklable, made per worker)")
+    if not isinstance(spec, ConnectionSpec):
+        raise TypeError(
+            "spec must be a napari_sam3.connection.ConnectionSpec (picklable: every worker "
+            f"connects with it), got {type(spec).__name__}"
+        )
     from ..gis import FORMAT_SUFFIXES
 
     if fmt not in FORMAT_SUFFIXES:
@@ -280,7 +283,12 @@ def segment_scenes(
     targets = {p: out / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs}
     if len(set(targets.values())) < len(targets):
         raise ValueError("two rasters share a file name stem; their outputs would collide")
-    key = _options_key({**options, "fmt": fmt, "simplify": simplify})
+    if postprocess is not None and not postprocess.steps:
+        postprocess = None
+    keyed = {**options, "fmt": fmt, "simplify": simplify}
+    if postprocess is not None:  # (absent, the key of a run before post-processing existed)
+        keyed["postprocess"] = postprocess
+    key = _options_key(keyed)
     result = BatchResult(out)
     note = report or (lambda path, status, detail: None)
 
@@ -315,13 +323,13 @@ def segment_scenes(
             scenes[path.name] = entry
             _write_journal(out, journal)
 
-        args = (options, overwrite, simplify, fmt == "cog")
+        args = (options, overwrite, simplify, fmt == "cog", postprocess)
         if workers is None and scheduler is None:
             for path in todo:
-                summary, error = _serial(client_factory, path, targets[path], args, retries)
+                summary, error = _serial(spec, path, targets[path], args, retries)
                 finish(path, summary, error)
         else:
-            _on_dask(client_factory, todo, targets, args, retries, workers, scheduler,
+            _on_dask(spec, todo, targets, args, retries, workers, scheduler,
                      scheduler_timeout, finish)  # fmt: skip
     return result
 
@@ -330,17 +338,17 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _serial(factory, path, target, args, retries) -> tuple[dict | None, str | None]:
+def _serial(spec, path, target, args, retries) -> tuple[dict | None, str | None]:
     error = None
     for _ in range(retries + 1):
         try:
-            return segment_one(factory, str(path), str(target), *args), None
+            return segment_one(spec, str(path), str(target), *args), None
         except Exception as exc:  # reported per scene; the batch goes on
             error = _describe(exc)
     return None, error
 
 
-def _on_dask(factory, todo, targets, args, retries, workers, scheduler, timeout, finish) -> None:
+def _on_dask(spec, todo, targets, args, retries, workers, scheduler, timeout, finish) -> None:
     from distributed import Client, LocalCluster, as_completed
 
     with contextlib.ExitStack() as stack:
@@ -367,7 +375,7 @@ def _on_dask(factory, todo, targets, args, retries, workers, scheduler, timeout,
         for path in todo:
             future = client.submit(
                 segment_one,
-                factory,
+                spec,
                 str(path),
                 str(targets[path]),
                 *args,

@@ -17,7 +17,9 @@ prompt asked again with another score_thr / mask_thr / max_det runs only the pos
 Ops: "ground" (token_ids rows; exemplar slots for 1 or N rows; the last C rows with concepts),
 "concept" (exemplars -> concept tokens), "interactive" (clicks / box / mask, or a point grid),
 "encode" (make sure the features are held), "info" (statistics, and whether `image_id` is
-held), "clear" (drop everything).
+held), "clear" (drop everything). Every answer carries `cache_model_id`, the model_id this
+model serves (the key of an image depends on it), so that a client notices at once when the
+server it talks to was restarted on another repository.
 """
 
 from __future__ import annotations
@@ -279,7 +281,8 @@ class Logic:
         if given is not None and given != key:
             raise ValueError(
                 f"{contract.IMAGE_ID} {given[:12]}... is not the key of the pixels sent "
-                f"({key[:12]}...); compute it with napari_sam3's image_key"
+                f"({key[:12]}... for model {self.model_id[:12]}); compute it with "
+                "napari_sam3's image_key and this model's id"
             )
 
         def encode():
@@ -299,6 +302,11 @@ class Logic:
         }
 
     def run(self, inputs: dict, call) -> dict:
+        out = self._run(inputs, call)
+        out[contract.CACHE_MODEL_ID] = _text(self.model_id)  # with every answer, a miss too
+        return out
+
+    def _run(self, inputs: dict, call) -> dict:
         op = _string(inputs, contract.CACHE_OP)
         if op not in OPS:
             raise ValueError(f"{contract.CACHE_OP} must be one of {', '.join(OPS)}, got {op!r}")

@@ -18,7 +18,10 @@ from psygnal import Signal
 
 # A worker's status line, said once its call has returned.
 PAST = {"encoding the image": "image encoded"}
-NOT_CONNECTED = "Not connected: open Plugins > SAM3 for geospatial imagery > Connection."
+NOT_CONNECTED = (
+    "Not connected: choose a model in the connection section at the top of the SAM3 panel "
+    "(Plugins > SAM3 for geospatial imagery > SAM3), then Connect."
+)
 
 
 class Sam3State:

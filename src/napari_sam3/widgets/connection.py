@@ -13,15 +13,11 @@ from magicgui.widgets import (
     LineEdit,
     PushButton,
     RadioButtons,
+    SpinBox,
 )
 
-from ..settings import (
-    PRECISIONS,
-    RUNTIMES,
-    ConnectionSettings,
-    load_connection,
-    save_connection,
-)
+from ..connection import PRECISION_CHOICES, RUNTIME_CHOICES
+from ..settings import ConnectionSettings, load_connection, save_connection
 from ._common import STATE, Sam3Widget, describe_client, reports_errors, row
 
 EMBEDDED = "Embedded (local model repository)"
@@ -31,27 +27,16 @@ TRITON = "Triton server"
 _MADE_HERE: weakref.WeakSet = weakref.WeakSet()
 
 
-def connect(settings: ConnectionSettings):
-    """A `Sam3Client` for `settings` (runs in a worker: loading graphs takes a while)."""
-    from ..client import Sam3Client
+MIB = 2**20
 
-    if settings.engine == "embedded":
-        if not settings.repository:
-            raise ValueError("choose the model repository folder (written by sam3-export)")
-        if not Path(settings.repository).is_dir():
-            raise FileNotFoundError(f"no model repository folder at {settings.repository}")
-        return Sam3Client.local(
-            settings.repository, runtime=settings.runtime, precision=settings.precision
-        )
-    if not settings.address.strip():
-        raise ValueError("give the Triton server's gRPC address, e.g. localhost:8001")
-    return Sam3Client(
-        settings.address.strip(),
-        connect_timeout=settings.connect_timeout,
-        request_timeout=settings.request_timeout,
-        tls=settings.tls,
-        root_certificates=(settings.tls_root_cert or None) if settings.tls else None,
-    )
+
+def connect(settings: ConnectionSettings):
+    """A `Sam3Client` for `settings`, made by their `ConnectionSpec` (as the CLI and batch
+    workers make theirs); runs in a worker: loading graphs takes a while."""
+    spec = settings.spec()
+    if spec.embedded and not Path(spec.repository).is_dir():
+        raise FileNotFoundError(f"no model repository folder at {settings.repository}")
+    return spec.connect()
 
 
 class ConnectionWidget(Sam3Widget):
@@ -75,20 +60,38 @@ class ConnectionWidget(Sam3Widget):
         self.browse.changed.connect(self._browse)
         self.repository_row = row(self.repository, self.browse, label="Repository")
         self.runtime = ComboBox(
-            choices=list(RUNTIMES),
+            choices=list(RUNTIME_CHOICES),
             value=saved.runtime,
             label="Runtime",
             tooltip="What runs the graphs: auto (OpenVINO on a CPU, ONNX Runtime with CUDA), "
             "openvino or onnxruntime",
         )
         self.precision = ComboBox(
-            choices=list(PRECISIONS),
+            choices=list(PRECISION_CHOICES),
             value=saved.precision,
             label="Precision",
             tooltip="auto (bf16 where the CPU has it natively, else fp32), fp32, or bf16 "
             "(OpenVINO on a CPU with AVX512_BF16 or AMX only)",
         )
         self.runtime_row = row(self.runtime, self.precision, label="Runtime")
+        self.threads = SpinBox(
+            value=saved.threads,
+            min=0,
+            max=1024,
+            label="Threads",
+            tooltip="Threads per graph (0: the runtime's default, every core)",
+        )
+        self._saved_cache_bytes = saved.cache_bytes
+        self.cache_mib = SpinBox(
+            value=_mib(saved.cache_bytes),
+            min=0,
+            max=2**31 - 1,
+            step=256,
+            label="Cache (MiB)",
+            tooltip="The bound of the in-process feature cache, MiB (0: the repository's, four "
+            "full-size images); it must hold one image",
+        )
+        self.embedded_row = row(self.threads, self.cache_mib, label="Threads, cache")
         self.address = LineEdit(
             value=saved.address, label="Address", tooltip="Triton gRPC address, host:port"
         )
@@ -109,13 +112,34 @@ class ConnectionWidget(Sam3Widget):
             tooltip="The most one request may take; a server that stops answering is given up "
             "on after 20 s whatever this says",
         )
-        self.timeouts_row = row(self.connect_timeout, self.request_timeout, label="Timeouts")
+        self.deadline = FloatSpinBox(
+            value=saved.deadline or 0.0,
+            min=0,
+            max=2 * 86400,
+            step=10,
+            label="Deadline (s)",
+            tooltip="The most one call may take over all its tries (transient errors are "
+            "retried within it); 0: 1.5 x the request timeout",
+        )
+        self.timeouts_row = row(
+            self.connect_timeout, self.request_timeout, self.deadline, label="Timeouts"
+        )
         self.tls = CheckBox(value=saved.tls, text="TLS (gRPC over TLS)")
         self.tls_root_cert = LineEdit(
             value=saved.tls_root_cert,
             label="CA file",
             tooltip="With TLS: the PEM certificate of the CA that signed the server's "
             "certificate (empty: the system's trusted CAs)",
+        )
+        self.tls_client_cert = LineEdit(
+            value=saved.tls_client_cert,
+            label="Client cert",
+            tooltip="With mutual TLS: our PEM certificate (give its key too; empty: none)",
+        )
+        self.tls_client_key = LineEdit(
+            value=saved.tls_client_key,
+            label="Client key",
+            tooltip="With mutual TLS: the PEM private key of our certificate",
         )
         self.tls.changed.connect(self._engine_changed)
         self.connect_on_start = CheckBox(
@@ -133,10 +157,13 @@ class ConnectionWidget(Sam3Widget):
                 self.engine,
                 self.repository_row,
                 self.runtime_row,
+                self.embedded_row,
                 self.address,
                 self.timeouts_row,
                 self.tls,
                 self.tls_root_cert,
+                self.tls_client_cert,
+                self.tls_client_key,
                 self.connect_on_start,
                 row(self.connect_button, self.disconnect_button),
                 self.info,
@@ -149,11 +176,16 @@ class ConnectionWidget(Sam3Widget):
             self.repository,
             self.runtime,
             self.precision,
+            self.threads,
+            self.cache_mib,
             self.address,
             self.connect_timeout,
             self.request_timeout,
+            self.deadline,
             self.tls,
             self.tls_root_cert,
+            self.tls_client_cert,
+            self.tls_client_key,
         ]
         self._engine_changed()
         self._client_changed(STATE.client)
@@ -161,9 +193,14 @@ class ConnectionWidget(Sam3Widget):
             self._connect()
 
     def settings(self) -> ConnectionSettings:
+        """The fields as settings (both engines'); `.spec()` is the connection they choose."""
         value = self.repository.value.strip()
-        # Remembered as an absolute folder: the next napari session may start elsewhere.
+        # Remembered as absolute paths: the next napari session may start elsewhere.
         repository = str(Path(value).expanduser().absolute()) if value else ""
+        mib = int(self.cache_mib.value)
+        cache_bytes = None if mib == 0 else mib * MIB
+        if _mib(self._saved_cache_bytes) == mib:  # unchanged: the exact bound loaded
+            cache_bytes = self._saved_cache_bytes
         return ConnectionSettings(
             engine="embedded" if self.engine.value == EMBEDDED else "triton",
             repository=repository,
@@ -171,10 +208,15 @@ class ConnectionWidget(Sam3Widget):
             connect_on_start=bool(self.connect_on_start.value),
             runtime=self.runtime.value,
             precision=self.precision.value,
+            threads=int(self.threads.value),
+            cache_bytes=cache_bytes,
             connect_timeout=float(self.connect_timeout.value),
             request_timeout=float(self.request_timeout.value),
+            deadline=float(self.deadline.value) or None,
             tls=bool(self.tls.value),
-            tls_root_cert=self.tls_root_cert.value.strip(),
+            tls_root_cert=_path(self.tls_root_cert.value),
+            tls_client_cert=_path(self.tls_client_cert.value),
+            tls_client_key=_path(self.tls_client_key.value),
         )
 
     def _browse(self, *_args) -> None:
@@ -190,10 +232,12 @@ class ConnectionWidget(Sam3Widget):
         embedded = self.engine.value == EMBEDDED
         self.repository_row.visible = embedded
         self.runtime_row.visible = embedded
+        self.embedded_row.visible = embedded
         self.address.visible = not embedded
         self.timeouts_row.visible = not embedded
         self.tls.visible = not embedded
-        self.tls_root_cert.visible = not embedded and bool(self.tls.value)
+        for field in (self.tls_root_cert, self.tls_client_cert, self.tls_client_key):
+            field.visible = not embedded and bool(self.tls.value)
 
     @reports_errors("Connection failed")
     def _connect(self, *_args) -> None:
@@ -223,6 +267,16 @@ class ConnectionWidget(Sam3Widget):
         super()._client_changed(client)
         self.info.value = model_info(client)
         self.disconnect_button.enabled = client is not None
+
+
+def _mib(cache_bytes: int | None) -> int:
+    return 0 if cache_bytes is None else max(1, round(cache_bytes / MIB))
+
+
+def _path(value: str) -> str:
+    """A file field as remembered: absolute (napari may start elsewhere next time), or ""."""
+    value = value.strip()
+    return str(Path(value).expanduser().absolute()) if value else ""
 
 
 def _close_if_made_here(client, keep=None) -> None:
