@@ -20,10 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import tiny_repository  # noqa: E402
 
-from napari_sam3 import contract  # noqa: E402
-from napari_sam3.engines.triton import TritonEngine  # noqa: E402
-from napari_sam3.serve import TritonServer, free_port  # noqa: E402
-from napari_sam3.tokenizer import tokenize  # noqa: E402
+from napari_sam3.core import contract  # noqa: E402
+from napari_sam3.prompts.tokenizer import tokenize  # noqa: E402
+from napari_sam3.runtime.engines.triton import TritonEngine  # noqa: E402
+from napari_sam3.serving.server import TritonServer, free_port  # noqa: E402
 
 
 def median_ms(fn, calls: int) -> float:

@@ -21,10 +21,11 @@ import time
 
 import numpy as np
 
-from napari_sam3 import Sam3Client, contract
-from napari_sam3.raster import read_raster
-from napari_sam3.sample_data import sentinel2_sample_bands
-from napari_sam3.triton_models.cached import heads_bytes, image_bytes
+from napari_sam3 import Sam3Client
+from napari_sam3.core import contract
+from napari_sam3.imagery.raster import read_raster
+from napari_sam3.plugin.sample_data import sentinel2_sample_bands
+from napari_sam3.runtime.cached import heads_bytes, image_bytes
 
 
 def graph_feature_bytes(repo) -> int:
@@ -110,7 +111,7 @@ def main() -> None:
     image = scene_crop(sizes.image_size)
     with contextlib.ExitStack() as stack:
         if args.triton:
-            from napari_sam3.serve import TritonServer
+            from napari_sam3.serving.server import TritonServer
 
             server = stack.enter_context(TritonServer(args.repo))
             client = Sam3Client(server.grpc_address, connect_timeout=600)

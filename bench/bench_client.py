@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import timed, tiny_repository  # noqa: E402
 
 from napari_sam3 import Sam3Client  # noqa: E402
-from napari_sam3.letterbox import Letterbox  # noqa: E402
+from napari_sam3.client.results import detections_frame  # noqa: E402
+from napari_sam3.imagery.letterbox import Letterbox  # noqa: E402
 from napari_sam3.masks.rle import encode_masks  # noqa: E402
-from napari_sam3.results import detections_frame  # noqa: E402
 
 
 def synthetic_result(n: int = 200, size: int = 1008, seed: int = 0):

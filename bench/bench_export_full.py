@@ -80,8 +80,8 @@ def main() -> None:
 
     import torch
 
-    from napari_sam3 import contract
-    from napari_sam3.triton_models.host import import_onnxruntime
+    from napari_sam3.core import contract
+    from napari_sam3.runtime.host import import_onnxruntime
     from sam3_export.model import build_sam3, model_id
 
     ort = import_onnxruntime()

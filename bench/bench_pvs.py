@@ -5,7 +5,7 @@
    refinement: two points plus the previous best logits as the mask input), with ONNX
    Runtime's default optimizations and with SkipLayerNormFusion off; and the CPU time of a
    click on one thread, which other processes on a shared machine inflate far less.
-2. "Everything" mode (`napari_sam3.automatic.generate_masks`, `points_per_side` 16): one set of
+2. "Everything" mode (`napari_sam3.client.automatic.generate_masks`, `points_per_side` 16): one set of
    image features, 256 prompts through `sam3_pvs_decoder_grid`; decoder time and client
    post-processing time, with the default thresholds and with every filter off (all 768
    candidates upscaled and deduplicated); and the client's time on 768 smooth synthetic
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from napari_sam3 import contract
-from napari_sam3.automatic import generate_masks
-from napari_sam3.triton_models.host import import_onnxruntime
+from napari_sam3.client.automatic import generate_masks
+from napari_sam3.core import contract
+from napari_sam3.runtime.host import import_onnxruntime
 
 ort = import_onnxruntime()  # telemetry off first
 

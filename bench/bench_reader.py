@@ -37,8 +37,8 @@ def write_scene(path: Path, overviews: bool = False) -> Path:
     import rasterio
     from rasterio.transform import Affine
 
-    from napari_sam3.raster import read_raster
-    from napari_sam3.sample_data import sentinel2_true_colour
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.plugin.sample_data import sentinel2_true_colour
 
     if path.exists():
         return path
@@ -96,7 +96,7 @@ def _peak_mb() -> float:
 def run_lazy(path: str) -> dict:
     import numpy as np
 
-    from napari_sam3 import napari_io
+    from napari_sam3.plugin import io as napari_io
 
     import_base = _rss_mb()
     cpu, t0 = time.process_time(), time.perf_counter()
@@ -137,8 +137,8 @@ def run_lazy(path: str) -> dict:
 
 
 def run_eager(path: str) -> dict:
-    from napari_sam3.napari_io import raster_layers
-    from napari_sam3.raster import read_raster
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.plugin.io import raster_layers
 
     import_base = _rss_mb()
     cpu, t0 = time.process_time(), time.perf_counter()

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from napari_sam3 import Sam3Client
-from napari_sam3.connection import ConnectionSpec
-from napari_sam3.sample_data import sentinel2_sample_bands
+from napari_sam3.client.connection import ConnectionSpec
+from napari_sam3.plugin.sample_data import sentinel2_sample_bands
 from napari_sam3.scene import segment_scene
 from napari_sam3.scene.batch import segment_scenes
-from napari_sam3.serve import TritonServer
+from napari_sam3.serving.server import TritonServer
 
 
 def tiny_repository(tmp: Path) -> Path:
@@ -36,7 +36,7 @@ def tiny_repository(tmp: Path) -> Path:
 def stack_geotiff(paths, target: Path) -> Path:
     import rasterio
 
-    from napari_sam3.raster import read_raster
+    from napari_sam3.imagery.raster import read_raster
 
     full = read_raster(paths)
     _, rows, cols = full.data.shape
@@ -83,7 +83,7 @@ def folder_figures(repository: Path, bands, tile_size: int, tmp: Path) -> None:
     import numpy as np
     import rasterio
 
-    from napari_sam3.raster import read_raster
+    from napari_sam3.imagery.raster import read_raster
 
     full = read_raster([bands["B04"], bands["B03"], bands["B02"]])
     folder = tmp / "scenes"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from napari_sam3.stretch import compute_stretch, to_model_rgb
+from napari_sam3.imagery.stretch import compute_stretch, to_model_rgb
 
 SIDE = 10980
 

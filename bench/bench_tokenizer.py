@@ -35,7 +35,7 @@ def per_call_us(fn: Callable[[], object], repeat: int) -> float:
 
 
 def import_seconds() -> float:
-    code = "import time; t = time.perf_counter(); import napari_sam3.tokenizer; print(time.perf_counter() - t)"
+    code = "import time; t = time.perf_counter(); import napari_sam3.prompts.tokenizer; print(time.perf_counter() - t)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout)
 
@@ -46,8 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     warnings.simplefilter("ignore", UserWarning)
 
-    print(f"import napari_sam3.tokenizer: {import_seconds() * 1e3:.0f} ms")
-    from napari_sam3 import tokenizer
+    print(f"import napari_sam3.prompts.tokenizer: {import_seconds() * 1e3:.0f} ms")
+    from napari_sam3.prompts import tokenizer
 
     t0 = time.perf_counter()
     tokenizer.tokenize("warm up")

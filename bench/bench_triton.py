@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import timed, tiny_repository  # noqa: E402
 
 from napari_sam3 import Sam3Client  # noqa: E402
-from napari_sam3.serve import TritonServer  # noqa: E402
-from napari_sam3.triton_models.postprocess import postprocess  # noqa: E402
+from napari_sam3.runtime.postprocess import postprocess  # noqa: E402
+from napari_sam3.serving.server import TritonServer  # noqa: E402
 
 
 def full_size_payload(queries: int = 200, low_res: int = 288, size: int = 1008) -> None:

@@ -4,7 +4,7 @@ Each side runs in its own process (one full-size model in memory at a time) on a
 the Sentinel-2 sample: fp32 is OpenVINO fp32; bf16 is OpenVINO bf16 where this CPU has it
 natively, else the repository's graphs with every float tensor rounded to bf16
 (`sam3_export.bf16_emulation`, run in ONNX Runtime; linked weights, nothing copied). Prints, per
-prompt, the figures of `napari_sam3.parity` (box shift, score difference, mask IoU, top-k
+prompt, the figures of `napari_sam3.client.parity` (box shift, score difference, mask IoU, top-k
 agreement; interactive: predicted-IoU difference, mask IoU, ranking) and each side's time.
 
 .venv/bin/python bench/bf16_parity.py --repo DIR [--threads 2] [--scope all|gemm] [--work DIR]
@@ -26,7 +26,7 @@ CLICKS = [((500, 420), True), ((520, 300), False)]
 
 
 def emulated_repository(repo: Path, out: Path, scope: str) -> Path:
-    from napari_sam3 import contract
+    from napari_sam3.core import contract
     from sam3_export.bf16_emulation import emulated_copy
 
     graphs = {*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS}
@@ -47,8 +47,8 @@ def side(args) -> None:
     import numpy as np
 
     from napari_sam3 import Sam3Client
-    from napari_sam3.raster import read_raster
-    from napari_sam3.sample_data import sentinel2_true_colour
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.plugin.sample_data import sentinel2_true_colour
 
     image = read_raster(sentinel2_true_colour(), window=np.s_[0:768, 200:1208])
     client = Sam3Client.local(
@@ -97,8 +97,8 @@ def main() -> None:
         args.out = args.side
         side(args)
         return
-    from napari_sam3.parity import compare_candidates, compare_detections
-    from napari_sam3.triton_models.onnx_runner import native_bf16
+    from napari_sam3.client.parity import compare_candidates, compare_detections
+    from napari_sam3.runtime.onnx_runner import native_bf16
 
     native, why = native_bf16()
     with tempfile.TemporaryDirectory(prefix="bf16-parity-") as tmp:

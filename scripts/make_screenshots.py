@@ -5,7 +5,7 @@
 
 Opens the Sentinel-2 sample through the plugin's reader, docks the SAM3 panel and the results
 table as napari's Plugins menu does, segments two keywords and saves the whole window. The tests
-call `shoot` on a temporary folder to check the picture is usable (tests/napari/test_screenshots.py).
+call `shoot` on a temporary folder to check the picture is usable (tests/plugin/test_screenshots.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ SIZE = (1400, 900)
 
 def window_with_panel(viewer, files, client, qtbot_wait):
     """Open `files` in `viewer`, dock the panel and the table, run one text prompt."""
-    from napari_sam3.widgets._common import STATE
+    from napari_sam3.plugin.widgets._common import STATE
 
     viewer.window.resize(*SIZE)
     viewer.open([str(f) for f in files], stack=True, plugin="napari-sam3")
@@ -87,8 +87,8 @@ def main(argv=None) -> int:
     import napari
     from qtpy.QtWidgets import QApplication
 
-    from napari_sam3.client import Sam3Client
-    from napari_sam3.sample_data import sentinel2_true_colour
+    from napari_sam3.client.sam3 import Sam3Client
+    from napari_sam3.plugin.sample_data import sentinel2_true_colour
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repository", required=True, help="a model repository (sam3-export)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from napari_sam3.sample_data import sentinel2_sample_bands
+from napari_sam3.plugin.sample_data import sentinel2_sample_bands
 
 try:
     # torch (and the `triton` kernel language that `import sam3` pulls in) must load before any
@@ -34,7 +34,7 @@ def s2_rgb_paths(s2_bands: dict[str, Path]) -> list[Path]:
 @pytest.fixture(scope="session")
 def s2_rgb_raster(s2_rgb_paths: list[Path]):
     """The full true-colour stack (3, 768, 1536) uint16, read once; tests must not modify it."""
-    from napari_sam3.raster import read_raster
+    from napari_sam3.imagery.raster import read_raster
 
     raster = read_raster(s2_rgb_paths)
     raster.data.flags.writeable = False
@@ -67,7 +67,7 @@ def local_client(tiny_repository):
 @pytest.fixture(scope="session")
 def triton_server(tiny_repository, tmp_path_factory):
     """A real `tritonserver` process on free loopback ports, serving the tiny repository."""
-    from napari_sam3.serve import TritonServer
+    from napari_sam3.serving.server import TritonServer
 
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
     with TritonServer(tiny_repository, log_file=log) as server:
@@ -79,7 +79,7 @@ def s2_crop(s2_rgb_paths):
     """A 300 x 420 true-colour crop of the Sentinel-2 scene (uint16, bands first)."""
     import numpy as np
 
-    from napari_sam3.raster import read_raster
+    from napari_sam3.imagery.raster import read_raster
 
     return read_raster(s2_rgb_paths, window=np.s_[100:400, 200:620])
 
@@ -96,7 +96,7 @@ class ServeProcess:
         self.lines: list[str] = []
         self._queue: queue.Queue[str] = queue.Queue()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "napari_sam3.serve", *map(str, args)],
+            [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -181,7 +181,7 @@ def certs(tmp_path_factory) -> Path:
 def _hosts():
     """Two machines described with the libraries' real values: flag names as the kernel prints
     them, OpenVINO's CPU capability names, ONNX Runtime's provider names."""
-    from napari_sam3.triton_models.host import CPU_PROVIDER, Host
+    from napari_sam3.runtime.host import CPU_PROVIDER, Host
 
     common = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})
     version = "2026.4.1"
@@ -209,7 +209,7 @@ def hosts():
 def any_host(request, monkeypatch):
     """Runs the test once as an AVX2-only machine and once as a native-bf16 one: every
     decision that reads `host.detect()` sees that machine (compiling still happens on this one)."""
-    from napari_sam3.triton_models import host
+    from napari_sam3.runtime import host
 
     chosen = HOSTS[request.param]
     monkeypatch.setattr(host, "detect", lambda: chosen)

@@ -81,8 +81,8 @@ DEFAULTS = {"flavor": "onnx", "device": "gpu", "runtime": "auto", "precision": "
 
 def _written_options(out: Path, manifest) -> dict[str, str]:
     """The flavor, device, runtime and precision a repository was written with."""
-    from napari_sam3 import contract
-    from napari_sam3.engines.model_config import load_model_configs
+    from napari_sam3.core import contract
+    from napari_sam3.runtime.engines.model_config import load_model_configs
 
     configs = load_model_configs(out)
     if contract.SEGMENT in configs:  # the manifest as the writer recorded it, with the flavor
@@ -96,7 +96,7 @@ def _written_options(out: Path, manifest) -> dict[str, str]:
 
 def refresh(out: Path, args) -> int:
     """`--refresh`: the configs and model code rewritten around the graphs on disk."""
-    from napari_sam3 import contract
+    from napari_sam3.core import contract
 
     try:
         manifest = contract.load_manifest(out)

@@ -1,6 +1,6 @@
 """The model's sizes: `Sam3Dims` (the whole image model) and `PvsDims` (its interactive head).
 
-Both reference one `napari_sam3.contract.Sizes`, the sizes the client reads back from the
+Both reference one `napari_sam3.core.contract.Sizes`, the sizes the client reads back from the
 manifest (image, patch, d_model, queries, text tokens, exemplar slots); only export-only
 hyper-parameters live here.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 
 @dataclass(frozen=True)

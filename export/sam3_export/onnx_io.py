@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 import torch
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 from .graphs import GraphExport
 from .patches import export_patches

@@ -15,7 +15,7 @@ from typing import Any
 import onnx
 import torch
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 from .dims import dims_dict
 from .graphs import sizes_of

@@ -30,7 +30,7 @@ from sam3.model.sam3_tracker_base import Sam3TrackerBase
 from sam3.model.sam3_tracking_predictor import Sam3TrackerPredictor
 from sam3.sam.transformer import RoPEAttention
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 from .dims import PvsDims
 

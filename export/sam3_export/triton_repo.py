@@ -5,7 +5,7 @@
 - one `config.pbtxt` per ONNX graph, with the graph's own input/output names, dtypes and static
   dims. `flavor="onnx"` serves them with Triton's ONNX Runtime backend (`onnxruntime_onnx`,
   KIND_GPU unless `device="cpu"`); `flavor="python"` serves each through a Python-backend model
-  that runs it with `napari_sam3.triton_models.onnx_runner` (for Triton builds without the ONNX
+  that runs it with `napari_sam3.runtime.onnx_runner` (for Triton builds without the ONNX
   Runtime backend), at the `runtime` and `precision` written into its parameters (OpenVINO or
   ONNX Runtime, fp32 or bf16, or "auto": decided on the server's CPU when it loads);
   `flavor="openvino"` serves them with Triton's own OpenVINO backend (`backend: "openvino"`,
@@ -13,7 +13,7 @@
   uses the hint only on CPUs with native bf16);
 - the Python models `sam3_postprocess`, `sam3_multi`, `sam3_interactive` and `sam3_cached` (the
   feature cache in front of every head, which the client uses): a generic adapter as
-  `model.py`, beside verbatim copies of their logic modules from `napari_sam3.triton_models`
+  `model.py`, beside verbatim copies of their logic modules from `napari_sam3.runtime`
   (and `rle.py`, `contract.py`), so that server and embedded engine run the same code;
 - the ensembles `sam3_segment`, `sam3_concept`, `sam3_segment_concept`, carrying the manifest.
 """
@@ -29,12 +29,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 import napari_sam3
-from napari_sam3 import contract
+from napari_sam3.core import contract
 from napari_sam3.masks import rle as rle_module
-from napari_sam3.triton_models import cached as cached_logic
-from napari_sam3.triton_models import onnx_runner
+from napari_sam3.runtime import cached as cached_logic
+from napari_sam3.runtime import onnx_runner
 
-LOGIC_DIR = Path(napari_sam3.__file__).parent / "triton_models"
+LOGIC_DIR = Path(napari_sam3.__file__).parent / "runtime"
 RESULT_OPTIONS = (
     (contract.SCORE_THR, "TYPE_FP32"),
     (contract.MASK_THR, "TYPE_FP32"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from .triton_models.host import decline_telemetry
+from napari_sam3.runtime.host import decline_telemetry
 
 __version__ = "0.1.0"
 
@@ -16,26 +16,26 @@ __version__ = "0.1.0"
 decline_telemetry()
 
 _EXPORTS = {
-    "read_raster": "raster",
-    "raster_info": "raster",
-    "Raster": "raster",
-    "RasterInfo": "raster",
-    "to_model_rgb": "stretch",
-    "compute_stretch": "stretch",
-    "scene_stretch": "stretch",
-    "StretchStats": "stretch",
-    "Letterbox": "letterbox",
-    "tokenize": "tokenizer",
+    "read_raster": "imagery.raster",
+    "raster_info": "imagery.raster",
+    "Raster": "imagery.raster",
+    "RasterInfo": "imagery.raster",
+    "to_model_rgb": "imagery.stretch",
+    "compute_stretch": "imagery.stretch",
+    "scene_stretch": "imagery.stretch",
+    "StretchStats": "imagery.stretch",
+    "Letterbox": "imagery.letterbox",
+    "tokenize": "prompts.tokenizer",
     "encode_masks": "masks.rle",
     "decode_masks": "masks.rle",
     "dedup_masks": "masks.dedup",
-    "Sam3Client": "client",
-    "Concept": "concept",
-    "ModelChanged": "cache",
-    "masks_to_labels": "gis",
-    "to_geodataframe": "gis",
-    "write_vector": "gis",
-    "write_labels_geotiff": "gis",
+    "Sam3Client": "client.sam3",
+    "Concept": "prompts.concept",
+    "ModelChanged": "client.cache",
+    "masks_to_labels": "gis.vector",
+    "to_geodataframe": "gis.vector",
+    "write_vector": "gis.vector",
+    "write_labels_geotiff": "gis.vector",
 }
 
 __all__ = sorted(_EXPORTS)

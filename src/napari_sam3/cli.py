@@ -18,8 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .bands import parse_bands
-from .connection import (
+from napari_sam3.client.connection import (
     DEADLINE_FACTOR,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LIVENESS_TIMEOUT,
@@ -28,7 +27,8 @@ from .connection import (
     PRECISION_CHOICES,
     RUNTIME_CHOICES,
 )
-from .prompts import parse_keywords
+from napari_sam3.imagery.bands import parse_bands
+from napari_sam3.prompts.keywords import parse_keywords
 
 RANDOM_BANNER = """
 ############################################################################
@@ -58,7 +58,7 @@ def ensure_repository(
     out: Path, checkpoint: Path | None, size: str, flavor: str = "python", device: str = "cpu"
 ) -> Path:
     """Export the model repository once (reused when it already holds the same model)."""
-    from . import contract
+    from napari_sam3.core import contract
 
     manifest_path = out / contract.MANIFEST_FILE
     if manifest_path.exists():
@@ -155,7 +155,7 @@ def _connection_spec(args: argparse.Namespace, repository: Any = None) -> Any:
     """The one `ConnectionSpec` of the command's model options (`repository`: the demo's).
 
     Every client of a run is made from it: this process's, and each batch worker's."""
-    from .connection import ConnectionSpec
+    from napari_sam3.client.connection import ConnectionSpec
 
     cache_mib = getattr(args, "cache_mib", None)
     if cache_mib is not None and (isinstance(cache_mib, bool) or cache_mib < 1):
@@ -197,9 +197,9 @@ def _connect(spec: Any):
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .gis import overlay_png, to_geodataframe, write_vector
-    from .raster import read_raster
-    from .sample_data import sentinel2_true_colour
+    from napari_sam3.gis.vector import overlay_png, to_geodataframe, write_vector
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.plugin.sample_data import sentinel2_true_colour
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
     if checkpoint is not None and not checkpoint.is_file():
@@ -217,7 +217,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     df = client.multi(raster, keywords, **options)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from .stretch import to_model_rgb
+    from napari_sam3.imagery.stretch import to_model_rgb
 
     overlay = overlay_png(to_model_rgb(raster), df, out / "overlay.png", overwrite=True)
     gdf = to_geodataframe(df, raster)
@@ -290,7 +290,7 @@ def _plan_outputs(
     else:
         if target.exists() and not target.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder or a .gpkg/.geojson/.tif")
-        from .gis import FORMAT_SUFFIXES
+        from napari_sam3.gis.vector import FORMAT_SUFFIXES
 
         targets = [target / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs]
         clash = sorted({t.name for t in targets if targets.count(t) > 1})
@@ -336,7 +336,7 @@ def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _load_model(args: argparse.Namespace, spec: Any = None) -> tuple[Any, list[Any]]:
     """The client of `spec` (default: the options') and the --concept files, checked on it."""
-    from .concept import Concept
+    from napari_sam3.prompts.concept import Concept
 
     if args.models and not Path(args.models).is_dir():
         raise UsageError(f"--models {args.models}: no such model repository folder")
@@ -358,7 +358,7 @@ def _load_model(args: argparse.Namespace, spec: Any = None) -> tuple[Any, list[A
 
 def _postprocess_options(args: argparse.Namespace) -> Any:
     """The vector post-processing flags as a PostProcess (None: none asked for)."""
-    from .gis_post import PostProcess
+    from napari_sam3.gis.post import PostProcess
 
     try:
         post = PostProcess(
@@ -380,7 +380,7 @@ def _exemplar_concepts(
     """--exemplars: concepts encoded where the exemplars fall, applied to every raster."""
     if not args.exemplars:
         return []
-    from .vector_prompts import VectorPrompt, scene_exemplar_concepts
+    from napari_sam3.prompts.vector import VectorPrompt, scene_exemplar_concepts
 
     prompt = VectorPrompt(Path(args.exemplars), args.exemplar_label_column, args.exemplars_crs)
     try:
@@ -457,7 +457,7 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
 
 def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     """--workers / --dask / --resume: one dask task per scene into the --out folder."""
-    from .scene.batch import FolderLocked, segment_scenes
+    from napari_sam3.scene.batch import FolderLocked, segment_scenes
 
     spec, plan = _batch_plan(args, inputs)
 
@@ -503,8 +503,8 @@ def cmd_segment(args: argparse.Namespace) -> int:
     except UsageError as error:
         print(f"napari-sam3: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from .gis import add_provenance, write_vector
-    from .scene import scene_geodataframe, segment_scene, write_scene
+    from napari_sam3.gis.vector import add_provenance, write_vector
+    from napari_sam3.scene import scene_geodataframe, segment_scene, write_scene
 
     if client.manifest.random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
@@ -535,7 +535,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
                 else:
                     gdf = scene_geodataframe(df, path, args.simplify)
                     if post is not None:
-                        from .gis_post import postprocess
+                        from napari_sam3.gis.post import postprocess
 
                         gdf = postprocess(gdf, post)
                     crs = gdf.crs if not layers else crs
@@ -578,7 +578,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     client = _connect(_connection_spec(args))
     print(repr(client))
     if not args.server:
-        from .triton_models import host, onnx_runner
+        from napari_sam3.runtime import host, onnx_runner
 
         print("why: " + onnx_runner.reasons(client.engine.choices), file=sys.stderr)
         print("this machine: " + host.detect().describe(), file=sys.stderr)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from napari_sam3 import Concept, Sam3Client
-from napari_sam3.results import FrameMask
+from napari_sam3.client.results import FrameMask
 
 
 def test_text_prompt_returns_detections_in_original_pixels(local_client, s2_crop):
@@ -67,7 +67,7 @@ def test_multi_matches_segment_per_keyword(local_client, s2_crop):
 def test_concept_survives_bytes_and_a_new_process(
     local_client, s2_crop, s2_rgb_paths, tiny_repository, tmp_path
 ):
-    from napari_sam3.raster import read_raster
+    from napari_sam3.imagery.raster import read_raster
 
     concept = local_client.encode_exemplars(
         s2_crop, [[40, 30, 140, 120], [200, 100, 260, 160]], [1, 0], name="roofs"
@@ -79,7 +79,7 @@ def test_concept_survives_bytes_and_a_new_process(
     script = (
         "import sys, numpy as np\n"
         "from napari_sam3 import Sam3Client, Concept\n"
-        "from napari_sam3.raster import read_raster\n"
+        "from napari_sam3.imagery.raster import read_raster\n"
         "c = Sam3Client.local(sys.argv[1])\n"
         "concept = Concept.load(sys.argv[2])\n"
         "r = read_raster(sys.argv[3:], window=np.s_[400:700, 800:1220])\n"

@@ -14,7 +14,7 @@ import pickle
 import pytest
 
 from napari_sam3 import Sam3Client
-from napari_sam3.connection import (
+from napari_sam3.client.connection import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -22,15 +22,15 @@ from napari_sam3.connection import (
     RUNTIME_CHOICES,
     ConnectionSpec,
 )
-from napari_sam3.engines.pool import PoolEngine
-from napari_sam3.engines.triton import TritonEngine
-from napari_sam3.settings import (
+from napari_sam3.plugin.settings import (
     ConnectionSettings,
     load_connection,
     save_connection,
     settings_path,
 )
-from napari_sam3.triton_models import onnx_runner
+from napari_sam3.runtime import onnx_runner
+from napari_sam3.runtime.engines.pool import PoolEngine
+from napari_sam3.runtime.engines.triton import TritonEngine
 
 EMBEDDED = dict(repository="models/sam3", runtime="onnxruntime", precision="fp32", threads=3,
                 cache_bytes=123_456_789)  # fmt: skip

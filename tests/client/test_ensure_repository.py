@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from napari_sam3 import contract
 from napari_sam3.cli import ensure_repository
+from napari_sam3.core import contract
 
 
 def test_reuses_the_same_model_and_refuses_another(tiny_repository, tmp_path):

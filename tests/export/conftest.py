@@ -15,7 +15,7 @@ pytest.importorskip("sam3_export", reason="the export tool (napari-sam3-export) 
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
-from napari_sam3 import contract  # noqa: E402
+from napari_sam3.core import contract  # noqa: E402
 
 SEED = 0
 

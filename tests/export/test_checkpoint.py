@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_corrupt_safetensors_named(tmp_path):
 def test_grounding_only_checkpoint(tmp_path, eager, ort_repo, images, capsys):
     """No interactive weights: grounding graphs only, said by the CLI and the manifest; the
     grounding outputs equal the full export's; the client refuses clicks with that message."""
-    from napari_sam3.client import Sam3Client
+    from napari_sam3.client.sam3 import Sam3Client
     from sam3_export.cli import main
     from sam3_export.model import build_sam3, model_id
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 BOXES = [[20.0, 30.0, 70.0, 90.0], [60.0, 10.0, 100.0, 45.0]]
 TOL = {

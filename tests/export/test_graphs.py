@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 ONNX_DTYPES = {
     onnx.TensorProto.FLOAT: "float32",

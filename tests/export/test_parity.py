@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 # Tolerances of the issue: logits, boxes, presence 1e-4; mask logits 1e-3.
 TOL = {

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from napari_sam3 import contract
-from napari_sam3.automatic import upscale_logits
+from napari_sam3.client.automatic import upscale_logits
+from napari_sam3.core import contract
 
 TOL = 1e-4
 UPSCALE_RTOL = 3e-5

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 from .test_pvs_decoder import (
     TOL,

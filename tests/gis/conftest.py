@@ -10,7 +10,7 @@ import pytest
 import rasterio
 from rasterio.transform import from_origin
 
-from napari_sam3.raster import read_raster
+from napari_sam3.imagery.raster import read_raster
 
 UTM21 = "EPSG:32621"
 # A 10 m grid in UTM 21N near 45.1 N, 57 W (zone 21's central meridian), so the lon/lat
@@ -52,7 +52,7 @@ def utm21_tif(s2_rgb_paths, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def scene_result(local_client, s2_scene_tif):
     """segment_scene on the real window, the tiny random-weight model, provenance added."""
-    from napari_sam3.gis import add_provenance
+    from napari_sam3.gis.vector import add_provenance
     from napari_sam3.scene import segment_scene
 
     df = segment_scene(

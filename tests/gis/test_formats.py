@@ -12,8 +12,8 @@ import pyproj
 import pytest
 import rasterio
 
-from napari_sam3 import gis
-from napari_sam3.gis_coco import to_coco, write_coco
+from napari_sam3.gis import vector as gis
+from napari_sam3.gis.coco import to_coco, write_coco
 from napari_sam3.scene import scene_geodataframe, scene_labels, write_scene
 
 PROVENANCE = [
@@ -174,7 +174,7 @@ def test_coco_rle_of_a_crop_matches_pycocotools():
     """An asymmetric crop placed in a larger frame: pycocotools' own encoder agrees."""
     from pycocotools import mask as mask_utils
 
-    from napari_sam3.gis_coco import coco_rle
+    from napari_sam3.gis.coco import coco_rle
 
     rng = np.random.default_rng(3)
     crop = rng.random((7, 5)) > 0.5

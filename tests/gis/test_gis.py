@@ -18,11 +18,11 @@ import shapely
 from PIL import Image
 from rasterio.crs import CRS
 
-from napari_sam3 import gis
-from napari_sam3.letterbox import Letterbox
+from napari_sam3.client.results import FrameMask, empty_result
+from napari_sam3.gis import vector as gis
+from napari_sam3.imagery.letterbox import Letterbox
+from napari_sam3.imagery.raster import raster_info, read_raster
 from napari_sam3.masks.rle import RleMask
-from napari_sam3.raster import raster_info, read_raster
-from napari_sam3.results import FrameMask, empty_result
 
 ROWS, COLS = 256, 200  # the window read below
 WINDOW = np.s_[100 : 100 + ROWS, 200 : 200 + COLS]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import shapely
 
-from napari_sam3.gis_post import PostProcess, postprocess
+from napari_sam3.gis.post import PostProcess, postprocess
 from napari_sam3.scene import scene_geodataframe
 
 

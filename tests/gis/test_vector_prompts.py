@@ -11,7 +11,7 @@ import rasterio
 from pyproj import Transformer
 from shapely.geometry import LineString, Polygon
 
-from napari_sam3 import vector_prompts as vp
+from napari_sam3.prompts import vector as vp
 
 from .conftest import UTM21, UTM21_ORIGIN
 
@@ -69,9 +69,9 @@ def test_cli_exemplars_steer_a_utm21_raster(
     """From the command line; the reference is encoded independently from the pixel boxes on
     the first tile, stretched with the scene's statistics, and applied by segment_scene."""
     from napari_sam3.cli import main
-    from napari_sam3.raster import read_raster
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.imagery.stretch import scene_stretch, to_model_rgb
     from napari_sam3.scene import scene_geodataframe, segment_scene
-    from napari_sam3.stretch import scene_stretch, to_model_rgb
 
     out = tmp_path / "steered.gpkg"
     args = [
@@ -211,7 +211,7 @@ def test_scene_exemplar_concepts_read_tiles_as_the_scene_run_does(
 ):
     """Exemplar tiles are read like every scene tile: the scene's one stretch, nodata zeroed,
     the same tile-size check."""
-    from napari_sam3.stretch import scene_stretch, to_model_rgb
+    from napari_sam3.imagery.stretch import scene_stretch, to_model_rgb
 
     with rasterio.open(utm21_tif) as src:
         data, profile = src.read(), src.profile

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import rasterio
 
-from napari_sam3 import napari_io
-from napari_sam3 import vector_prompts as vp
+from napari_sam3.plugin import io as napari_io
+from napari_sam3.prompts import vector as vp
 
 from .conftest import UTM21
 from .test_vector_prompts import BOXES, _lonlat_polygon

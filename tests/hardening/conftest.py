@@ -53,7 +53,7 @@ def slow_server(slow_repository, tmp_path):
     import os
     import signal
 
-    from napari_sam3.serve import TritonServer
+    from napari_sam3.serving.server import TritonServer
 
     server = TritonServer(slow_repository, log_file=tmp_path / "tritonserver.log")
     with server:

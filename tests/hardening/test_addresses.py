@@ -15,11 +15,12 @@ import time
 import numpy as np
 import pytest
 
-from napari_sam3 import Sam3Client, contract
-from napari_sam3.engines import triton as triton_engine
-from napari_sam3.engines.triton import TritonEngine, grpc_target
-from napari_sam3.serve import free_port
-from napari_sam3.tokenizer import tokenize
+from napari_sam3 import Sam3Client
+from napari_sam3.core import contract
+from napari_sam3.prompts.tokenizer import tokenize
+from napari_sam3.runtime.engines import triton as triton_engine
+from napari_sam3.runtime.engines.triton import TritonEngine, grpc_target
+from napari_sam3.serving.ports import free_port
 
 HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
 needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")

@@ -19,8 +19,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from napari_sam3 import contract
-from napari_sam3.concept import Concept
+from napari_sam3.core import contract
+from napari_sam3.prompts.concept import Concept
 
 TOKENS, PADDING = contract.CONCEPT_TOKENS_NAME, contract.CONCEPT_PADDING_MASK
 

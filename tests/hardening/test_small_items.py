@@ -12,8 +12,8 @@ import os
 import numpy as np
 import pytest
 
-from napari_sam3 import io_utils
-from napari_sam3.settings import ConnectionSettings, load_connection, save_connection
+from napari_sam3.gis import files as io_utils
+from napari_sam3.plugin.settings import ConnectionSettings, load_connection, save_connection
 
 
 @pytest.fixture(scope="module")

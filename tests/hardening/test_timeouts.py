@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from napari_sam3 import Sam3Client
-from napari_sam3.engines.triton import RequestTimeout
-from napari_sam3.serve import free_port
+from napari_sam3.runtime.engines.triton import RequestTimeout
+from napari_sam3.serving.ports import free_port
 
 HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
 needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from napari_sam3 import Sam3Client
-from napari_sam3.serve import free_port
-from napari_sam3.settings import ConnectionSettings
-from napari_sam3.widgets.connection import connect
+from napari_sam3.plugin.settings import ConnectionSettings
+from napari_sam3.plugin.widgets.connection import connect
+from napari_sam3.serving.ports import free_port
 
 HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
 needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
@@ -29,7 +29,7 @@ def tls_server(tiny_repository, certs):
     """`sam3-serve` with mutual TLS (clients need a certificate signed by the test CA)."""
     grpc = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "napari_sam3.serve", str(tiny_repository), "--grpc-port",
+        [sys.executable, "-m", "napari_sam3.serving.server", str(tiny_repository), "--grpc-port",
          str(grpc), "--http-port", str(free_port()), "--tls-cert", str(certs / "server.pem"),
          "--tls-key", str(certs / "server.key"), "--tls-root-cert", str(certs / "ca.pem")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -128,9 +128,9 @@ def test_server_tls_without_client_certificates(tiny_repository, certs, sam3_ser
 def test_connection_widget_fields_reach_the_client(
     make_napari_viewer, tls_server, certs, tmp_path, monkeypatch
 ):
-    from napari_sam3.settings import load_connection
-    from napari_sam3.widgets import ConnectionWidget
-    from napari_sam3.widgets.connection import TRITON
+    from napari_sam3.plugin.settings import load_connection
+    from napari_sam3.plugin.widgets import ConnectionWidget
+    from napari_sam3.plugin.widgets.connection import TRITON
 
     monkeypatch.setenv("NAPARI_SAM3_CONFIG_DIR", str(tmp_path / "config"))
     widget = ConnectionWidget(make_napari_viewer())

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 from napari_sam3.masks.rle import HEADER_SIZE, MAGIC, decode_masks, encode_masks
 
 

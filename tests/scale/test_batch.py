@@ -12,10 +12,10 @@ import pytest
 import rasterio
 
 from napari_sam3.cli import main
-from napari_sam3.connection import ConnectionSpec
-from napari_sam3.raster import read_raster
+from napari_sam3.client.connection import ConnectionSpec
+from napari_sam3.imagery.raster import read_raster
 from napari_sam3.scene.batch import JOURNAL, LOCK, segment_scenes
-from napari_sam3.serve import free_port
+from napari_sam3.serving.ports import free_port
 
 from .conftest import write_geotiff
 

@@ -29,10 +29,10 @@ import rasterio
 from shapely.geometry import box
 
 from napari_sam3.cli import _batch_plan, _scene_inputs, build_parser, main
-from napari_sam3.concept import Concept
-from napari_sam3.connection import OPTIONS, ConnectionSpec
-from napari_sam3.raster import read_raster
-from napari_sam3.serve import free_port
+from napari_sam3.client.connection import OPTIONS, ConnectionSpec
+from napari_sam3.imagery.raster import read_raster
+from napari_sam3.prompts.concept import Concept
+from napari_sam3.serving.ports import free_port
 
 from .conftest import write_geotiff
 
@@ -161,7 +161,7 @@ def tls_server(tiny_repository, certs):
     """`sam3-serve` with mutual TLS: a client needs the test CA and a certificate it signed."""
     grpc = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "napari_sam3.serve", str(tiny_repository), "--grpc-port",
+        [sys.executable, "-m", "napari_sam3.serving.server", str(tiny_repository), "--grpc-port",
          str(grpc), "--http-port", str(free_port()), "--tls-cert", str(certs / "server.pem"),
          "--tls-key", str(certs / "server.key"), "--tls-root-cert", str(certs / "ca.pem")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

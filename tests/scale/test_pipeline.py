@@ -57,7 +57,7 @@ class _Slow:
         return Tile()
 
     def segment(self, prepared, prompt, **options):
-        from napari_sam3.results import empty_result
+        from napari_sam3.client.results import empty_result
 
         with self.lock:
             self.running += 1

@@ -12,7 +12,8 @@ import pytest
 
 from napari_sam3 import Sam3Client
 from napari_sam3.scene import default_in_flight, segment_scene
-from napari_sam3.serve import TritonServer, free_port
+from napari_sam3.serving.ports import free_port
+from napari_sam3.serving.server import TritonServer
 
 OPTIONS = dict(prompt="building", tile_size=256, overlap=32, score_thr=0.0)
 

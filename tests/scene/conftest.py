@@ -13,7 +13,7 @@ import rasterio
 import rasterio.errors
 from rasterio.transform import from_origin
 
-from napari_sam3.results import empty_result
+from napari_sam3.client.results import empty_result
 
 UTM33 = "EPSG:32633"
 

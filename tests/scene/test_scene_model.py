@@ -8,9 +8,9 @@ import pyogrio
 import pytest
 import rasterio
 
-from napari_sam3.raster import read_raster
+from napari_sam3.imagery.raster import read_raster
+from napari_sam3.imagery.stretch import scene_stretch, to_model_rgb
 from napari_sam3.scene import scene_labels, segment_scene, write_scene
-from napari_sam3.stretch import scene_stretch, to_model_rgb
 
 
 @pytest.fixture(scope="module")

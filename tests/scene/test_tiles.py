@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from napari_sam3.raster import raster_info
+from napari_sam3.imagery.raster import raster_info
 from napari_sam3.scene import SceneMask, tile_grid
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from napari_sam3.masks.rle import decode_masks
-from napari_sam3.triton_models.postprocess import (
+from napari_sam3.runtime.postprocess import (
     postprocess,
     sigmoid,
     upsample_logits,

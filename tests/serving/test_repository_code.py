@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
-from napari_sam3 import contract
-from napari_sam3.engines.local import LocalEngine
-from napari_sam3.engines.repository_code import stale_logic
-from napari_sam3.repository_check import RepositoryError, check_repository
+from napari_sam3.core import contract
+from napari_sam3.runtime.engines.local import LocalEngine
+from napari_sam3.runtime.engines.repository_code import stale_logic
+from napari_sam3.serving.repository_check import RepositoryError, check_repository
 
 
 @pytest.fixture

@@ -10,12 +10,13 @@ import threading
 
 import pytest
 
-from napari_sam3.serve import PortError, TritonServer, free_port
+from napari_sam3.serving.ports import PortError, free_port
+from napari_sam3.serving.server import TritonServer
 
 
 def _serve(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "napari_sam3.serve", *map(str, args)],
+        [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from napari_sam3 import contract
-from napari_sam3.repository_check import RepositoryError, check_repository
-from napari_sam3.serve import free_port
+from napari_sam3.core import contract
+from napari_sam3.serving.ports import free_port
+from napari_sam3.serving.repository_check import RepositoryError, check_repository
 
 HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
 
 
 def _serve(*args, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "napari_sam3.serve", *map(str, args)],
+        [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,

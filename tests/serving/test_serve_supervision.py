@@ -14,8 +14,11 @@ import numpy as np
 import psutil
 import pytest
 
-from napari_sam3 import Sam3Client, contract
-from napari_sam3.serve import SHM_PREFIX, STUB_NAME, free_port
+from napari_sam3 import Sam3Client
+from napari_sam3.core import contract
+from napari_sam3.serving.binary import STUB_NAME
+from napari_sam3.serving.ports import free_port
+from napari_sam3.serving.processes import SHM_PREFIX
 
 if shutil.which("tritonserver") is None and importlib.util.find_spec("pytriton") is None:
     pytest.skip("no tritonserver: install nvidia-pytriton (--no-deps)", allow_module_level=True)

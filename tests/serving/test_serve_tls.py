@@ -14,9 +14,10 @@ import numpy as np
 import psutil
 import pytest
 
-from napari_sam3 import contract
-from napari_sam3.serve import free_port, plaintext_warnings
-from napari_sam3.tokenizer import tokenize
+from napari_sam3.core import contract
+from napari_sam3.prompts.tokenizer import tokenize
+from napari_sam3.serving.ports import free_port
+from napari_sam3.serving.tls import plaintext_warnings
 
 HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
 needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
@@ -41,8 +42,8 @@ def _text_features(client) -> np.ndarray:
 
 def _direct_text_features(repository: Path) -> np.ndarray:
     """The text graph run in this process as the server runs it (same runtime and precision)."""
-    from napari_sam3.engines.model_config import load_model_configs
-    from napari_sam3.triton_models import onnx_runner
+    from napari_sam3.runtime import onnx_runner
+    from napari_sam3.runtime.engines.model_config import load_model_configs
 
     config = load_model_configs(repository)[contract.TEXT]
     logic = onnx_runner.Logic(str(repository / contract.TEXT / "1"), config.parameters)
@@ -111,7 +112,7 @@ def test_mutual_tls_requires_a_client_certificate(sam3_serve, tiny_repository, c
 
 def _serve(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "napari_sam3.serve", *map(str, args)],
+        [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,

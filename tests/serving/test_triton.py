@@ -15,11 +15,12 @@ import numpy as np
 import onnx
 import pytest
 
-from napari_sam3 import Sam3Client, contract
-from napari_sam3.engines import LocalEngine
-from napari_sam3.engines.model_config import load_model_configs
-from napari_sam3.tokenizer import tokenize
-from napari_sam3.triton_models.postprocess import postprocess
+from napari_sam3 import Sam3Client
+from napari_sam3.core import contract
+from napari_sam3.prompts.tokenizer import tokenize
+from napari_sam3.runtime.engines import LocalEngine
+from napari_sam3.runtime.engines.model_config import load_model_configs
+from napari_sam3.runtime.postprocess import postprocess
 
 if shutil.which("tritonserver") is None and importlib.util.find_spec("pytriton") is None:
     pytest.skip("no tritonserver: install nvidia-pytriton (--no-deps)", allow_module_level=True)
@@ -92,8 +93,8 @@ def test_segment_ensemble_equals_graphs_run_directly(triton_client, tiny_reposit
     inputs[contract.SCORE_THR] = np.array([0.0], np.float32)
     served = triton_client.engine.infer(contract.SEGMENT, inputs, contract.RESULT_OUTPUTS)
 
-    from napari_sam3.engines.model_config import load_model_configs
-    from napari_sam3.triton_models import onnx_runner
+    from napari_sam3.runtime import onnx_runner
+    from napari_sam3.runtime.engines.model_config import load_model_configs
 
     configs = load_model_configs(tiny_repository)
 
@@ -148,7 +149,7 @@ def test_every_ensemble_equals_the_embedded_engine(model, triton_client, tiny_re
 
 
 def test_optional_inputs_omitted_take_the_defaults(triton_client, tiny_repository):
-    from napari_sam3.triton_models import postprocess as post
+    from napari_sam3.runtime import postprocess as post
 
     manifest = contract.load_manifest(tiny_repository)
     inputs = _segment_inputs(manifest, seed=5)
@@ -287,7 +288,8 @@ def _serving(repository) -> dict[int, tuple[int, str]]:
 
 
 def test_sam3_serve_command_starts_and_stops_cleanly(tiny_repository, tmp_path):
-    from napari_sam3.serve import SHM_PREFIX, free_port
+    from napari_sam3.serving.ports import free_port
+    from napari_sam3.serving.processes import SHM_PREFIX
 
     # A copy of its own, so that its processes are told apart from the session server's.
     repository = shutil.copytree(tiny_repository, tmp_path / "served_by_sam3_serve").resolve()
@@ -299,7 +301,7 @@ def test_sam3_serve_command_starts_and_stops_cleanly(tiny_repository, tmp_path):
         [
             sys.executable,
             "-m",
-            "napari_sam3.serve",
+            "napari_sam3.serving.server",
             str(repository),
             "--grpc-port",
             str(grpc),

@@ -1,7 +1,7 @@
 """One small `torch.nn.Module` wrapper per exported graph.
 
 Every graph module exposes `graph_exports(build) -> list[GraphExport]`: the wrapper, example
-inputs (the shapes of `napari_sam3.contract`) and the graph's input/output names.
+inputs (the shapes of `napari_sam3.core.contract`) and the graph's input/output names.
 `sam3_export.onnx_io.export_all` exports whatever these return, including the interactive
 decoder's module (`graphs/pvs_decoder.py`) when it is present.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 
 @dataclass

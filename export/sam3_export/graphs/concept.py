@@ -14,7 +14,7 @@ import torch
 from sam3.model.geometry_encoders import Prompt
 from sam3.model.sam3_image import Sam3Image
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 from . import GraphExport, graph_export
 

@@ -32,11 +32,11 @@ upscaling them matches the official full-resolution masks) is the official refin
 
 The image features enter with batch 1 and are broadcast inside the graph: a batch of prompts never
 copies them. `sam3_pvs_decoder_grid` is the same head for the automatic ("everything") mode
-(`napari_sam3.automatic`): `PVS_GRID_BATCH` (4) prompts of `PVS_GRID_POINTS` (1) point each,
+(`napari_sam3.client.automatic`): `PVS_GRID_BATCH` (4) prompts of `PVS_GRID_POINTS` (1) point each,
 no box slots, no mask input, multimask outputs only. Two graphs because shapes are static: a
 click must not pay for a batch.
 
-Names and shapes are `napari_sam3.contract`'s (`pvs_graph_io`).
+Names and shapes are `napari_sam3.core.contract`'s (`pvs_graph_io`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from napari_sam3 import contract
+from napari_sam3.core import contract
 
 from ..pvs_model import sizes_of_tracker, tracker_of
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from napari_sam3 import validate
+from napari_sam3.core import validate
 from napari_sam3.masks.protocol import LazyMask, Mask
 from napari_sam3.masks.rle import RleMask, RleMasks
 

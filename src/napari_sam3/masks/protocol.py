@@ -2,7 +2,7 @@
 
 A mask is a bool ``(rows, cols)`` image in some frame (``shape``) that is made dense only on
 demand. Painting (:mod:`~napari_sam3.masks.paint`), polygonising and writing
-(:mod:`napari_sam3.gis`) and scene merging use only these members:
+(:mod:`napari_sam3.gis.vector`) and scene merging use only these members:
 
 - ``shape``: ``(rows, cols)`` of the frame;
 - ``bbox``: ``(x1, y1, x2, y2)`` in pixel edges (ends exclusive), zeros if the mask is empty;

@@ -2,7 +2,7 @@
 
 A scene (a Sentinel-2 tile is 10980 x 10980 pixels; the model sees S x S) is cut into
 overlapping tiles (:func:`tile_grid`) that are read one at a time with windowed reads, stretched
-with ONE set of limits computed for the whole scene (:func:`~napari_sam3.stretch.scene_stretch`,
+with ONE set of limits computed for the whole scene (:func:`~napari_sam3.imagery.stretch.scene_stretch`,
 a decimated read) and sent to the client, which letterboxes each tile into the model input (a tile
 larger than S is downsampled). All keywords of a tile share one vision pass (``client.multi``).
 
@@ -34,10 +34,10 @@ dropped, and the others lose their nodata pixels.
 
 from __future__ import annotations
 
-from .masks import SceneMask
-from .output import scene_geodataframe, scene_labels, write_scene
-from .run import PHASES, SCENE_COLUMNS, default_in_flight, segment_scene
-from .tiles import GDAL_CACHE_BYTES, Tile, tile_grid
+from napari_sam3.scene.masks import SceneMask
+from napari_sam3.scene.output import scene_geodataframe, scene_labels, write_scene
+from napari_sam3.scene.run import PHASES, SCENE_COLUMNS, default_in_flight, segment_scene
+from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, tile_grid
 
 __all__ = [
     "GDAL_CACHE_BYTES",

@@ -5,7 +5,7 @@
 optional vector post-processing). Scenes run as tasks of a ``dask.distributed`` cluster (a
 ``LocalCluster`` of ``workers`` processes, or the scheduler at ``scheduler``), or one after another
 in this process when neither is given. Each worker process makes its own client once, from
-``spec`` (a :class:`~napari_sam3.connection.ConnectionSpec`: picklable, it holds the embedded
+``spec`` (a :class:`~napari_sam3.client.connection.ConnectionSpec`: picklable, it holds the embedded
 repository or the Triton addresses with their TLS files and timeouts, exactly as the CLI and the
 panel connect). Concepts travel to the workers as they are (computed once by the caller), so
 every worker applies the same ones. A failed scene is retried once, then reported; the others
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..concept import Concept
-from ..connection import ConnectionSpec
-from ..io_utils import atomic_write_bytes
+from napari_sam3.client.connection import ConnectionSpec
+from napari_sam3.gis.files import atomic_write_bytes
+from napari_sam3.prompts.concept import Concept
 
 __all__ = ["BatchResult", "FolderLocked", "segment_scenes"]
 
@@ -106,11 +106,11 @@ def segment_one(
     postprocess: Any = None,
 ) -> dict[str, Any]:
     """One scene on this process's client -> its output with the model's provenance (and
-    `postprocess`, a :class:`~napari_sam3.gis_post.PostProcess`), written atomically; a summary.
+    `postprocess`, a :class:`~napari_sam3.gis.post.PostProcess`), written atomically; a summary.
     """
-    from ..gis import add_provenance
-    from .output import write_scene
-    from .run import segment_scene
+    from napari_sam3.gis.vector import add_provenance
+    from napari_sam3.scene.output import write_scene
+    from napari_sam3.scene.run import segment_scene
 
     t0 = time.perf_counter()
     client = _client(spec)
@@ -241,7 +241,7 @@ def segment_scenes(
     """Segment every scene of `paths` into ``out_dir/<stem>.<fmt>``; see the module doc.
 
     Args:
-        spec: a :class:`~napari_sam3.connection.ConnectionSpec` (each worker process makes
+        spec: a :class:`~napari_sam3.client.connection.ConnectionSpec` (each worker process makes
             its client from it, once).
         paths: raster files (one scene each).
         out_dir: the output folder (made if missing); it holds the journal and the lock.
@@ -253,20 +253,20 @@ def segment_scenes(
             them) an existing output stops the run before anything starts.
         retries: tries after the first for a failed scene.
         simplify: polygon simplification in pixels (as ``write_scene``).
-        postprocess: a :class:`~napari_sam3.gis_post.PostProcess` for the polygons (vector
+        postprocess: a :class:`~napari_sam3.gis.post.PostProcess` for the polygons (vector
             formats), as ``write_scene``; None: none.
         scheduler_timeout: seconds to wait for ``scheduler`` to answer.
         report: ``callable(path, status, detail)`` per scene as it ends (status ``done`` /
             ``skipped`` / ``failed``), e.g. to print progress.
         options: :func:`~napari_sam3.scene.segment_scene` keywords (prompt, keywords, concept,
-            ...). Concepts are best given as :class:`~napari_sam3.concept.Concept` objects.
+            ...). Concepts are best given as :class:`~napari_sam3.prompts.concept.Concept` objects.
     """
     if not isinstance(spec, ConnectionSpec):
         raise TypeError(
-            "spec must be a napari_sam3.connection.ConnectionSpec (picklable: every worker "
+            "spec must be a napari_sam3.client.connection.ConnectionSpec (picklable: every worker "
             f"connects with it), got {type(spec).__name__}"
         )
-    from ..gis import FORMAT_SUFFIXES
+    from napari_sam3.gis.vector import FORMAT_SUFFIXES
 
     if fmt not in FORMAT_SUFFIXES:
         raise ValueError(f"fmt must be one of {', '.join(FORMAT_SUFFIXES)}, got {fmt!r}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..masks.protocol import Crop, LazyMask, tight_crop
-from ..masks.rle import RleMask
+from napari_sam3.masks.protocol import Crop, LazyMask, tight_crop
+from napari_sam3.masks.rle import RleMask
 
 __all__ = ["SceneMask"]
 

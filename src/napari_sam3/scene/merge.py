@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..masks.dedup import box_pairs, dedup_masks
-from .masks import SceneMask
-from .tiles import Tile
+from napari_sam3.masks.dedup import box_pairs, dedup_masks
+from napari_sam3.scene.masks import SceneMask
+from napari_sam3.scene.tiles import Tile
 
 __all__ = ["Detection", "dedup_across_tiles", "merge_seams"]
 

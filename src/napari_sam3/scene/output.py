@@ -14,10 +14,10 @@ import pandas as pd
 import rasterio
 from rasterio.transform import Affine
 
-from ..masks.paint import paint_frame
-from ..raster import RasterInfo, raster_info
-from .masks import SceneMask
-from .tiles import GDAL_CACHE_BYTES
+from napari_sam3.imagery.raster import RasterInfo, raster_info
+from napari_sam3.masks.paint import paint_frame
+from napari_sam3.scene.masks import SceneMask
+from napari_sam3.scene.tiles import GDAL_CACHE_BYTES
 
 if TYPE_CHECKING:
     import geopandas as gpd
@@ -80,7 +80,7 @@ def scene_geodataframe(
     raster: PathLike | Sequence[PathLike] | RasterInfo | None = None,
     simplify: float = 0.0,
 ) -> gpd.GeoDataFrame:
-    """:func:`~napari_sam3.gis.to_geodataframe` for :func:`segment_scene` results.
+    """:func:`~napari_sam3.gis.vector.to_geodataframe` for :func:`segment_scene` results.
 
     Polygons in the raster's CRS (pixel coordinates, with a UserWarning, when it has none), with
     ``label_id`` (the id in :func:`scene_labels`), ``score``, ``keyword``, ``prompt_kind``,
@@ -90,7 +90,7 @@ def scene_geodataframe(
     """
     import geopandas as gpd
 
-    from ..gis import to_geodataframe
+    from napari_sam3.gis.vector import to_geodataframe
 
     if "mask" not in df.columns:
         raise ValueError(f"scene_geodataframe needs a 'mask' column; got {list(df.columns)}")
@@ -128,7 +128,7 @@ def scene_labels(df: pd.DataFrame, shape: tuple[int, int] | None = None) -> np.n
     """int32 label image of the scene: row ``i`` gets id ``i + 1`` (as ``label_id``), 0 is none.
 
     Where masks overlap the higher score wins; among equal scores the earlier row (as
-    :func:`~napari_sam3.gis.masks_to_labels`).
+    :func:`~napari_sam3.gis.vector.masks_to_labels`).
     """
     _check_scene_masks(df)
     if shape is None and not len(df):
@@ -148,20 +148,20 @@ def write_scene(
     """Write a :func:`segment_scene` result, atomically, by the file's extension.
 
     ``.gpkg`` / ``.geojson`` / ``.shp`` / ``.parquet`` / ``.fgb``: polygons (:func:`scene_geodataframe`, then
-    :func:`~napari_sam3.gis.write_vector`). ``.tif`` / ``.tiff``: an int32 label GeoTIFF on the
-    source's grid (:func:`scene_labels`, then :func:`~napari_sam3.gis.write_labels_geotiff`;
+    :func:`~napari_sam3.gis.vector.write_vector`). ``.tif`` / ``.tiff``: an int32 label GeoTIFF on the
+    source's grid (:func:`scene_labels`, then :func:`~napari_sam3.gis.vector.write_labels_geotiff`;
     the label image takes rows x cols x 4 bytes; ``cog``: a Cloud-Optimised GeoTIFF). An
     existing file is refused unless ``overwrite``. ``postprocess``: a
-    :class:`~napari_sam3.gis_post.PostProcess` applied to the polygons (vector formats only).
+    :class:`~napari_sam3.gis.post.PostProcess` applied to the polygons (vector formats only).
     """
-    from ..gis import VECTOR_FORMATS, write_labels_geotiff, write_vector
+    from napari_sam3.gis.vector import VECTOR_FORMATS, write_labels_geotiff, write_vector
 
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in VECTOR_FORMATS:
         gdf = scene_geodataframe(df, raster, simplify)
         if postprocess is not None:
-            from ..gis_post import postprocess as apply
+            from napari_sam3.gis.post import postprocess as apply
 
             gdf = apply(gdf, postprocess)
         return write_vector(gdf, path, overwrite=overwrite)

@@ -16,15 +16,15 @@ import numpy as np
 import pandas as pd
 import rasterio
 
-from .. import validate
-from ..concept import Concept
-from ..masks.protocol import frame_masks, tight_crop
-from ..raster import BandKey, RasterInfo, raster_info, read_raster
-from ..results import empty_result
-from ..stretch import StretchStats, scene_stretch, to_model_rgb
-from .masks import SceneMask
-from .merge import Detection, dedup_across_tiles, merge_seams
-from .tiles import GDAL_CACHE_BYTES, Tile, nodata_pixels, tile_grid
+from napari_sam3.client.results import empty_result
+from napari_sam3.core import validate
+from napari_sam3.imagery.raster import BandKey, RasterInfo, raster_info, read_raster
+from napari_sam3.imagery.stretch import StretchStats, scene_stretch, to_model_rgb
+from napari_sam3.masks.protocol import frame_masks, tight_crop
+from napari_sam3.prompts.concept import Concept
+from napari_sam3.scene.masks import SceneMask
+from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
+from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, nodata_pixels, tile_grid
 
 __all__ = ["PHASES", "SCENE_COLUMNS", "default_in_flight", "segment_scene"]
 
@@ -85,16 +85,16 @@ def segment_scene(
     """Segment a whole raster tile by tile; one row per object, in scene pixels.
 
     Args:
-        client: a :class:`~napari_sam3.client.Sam3Client` (local or Triton).
+        client: a :class:`~napari_sam3.client.sam3.Sam3Client` (local or Triton).
         source: a raster file, or a list of single-band files to stack (as ``read_raster``).
         prompt, keywords: text to look for; all of them share one vision pass per tile.
-        concept: a :class:`~napari_sam3.concept.Concept`, a concept ``.npz`` file, or a list of
+        concept: a :class:`~napari_sam3.prompts.concept.Concept`, a concept ``.npz`` file, or a list of
             them (each runs on every tile; its ``keyword`` is the concept's name or file stem).
         tile_size: tile side in scene pixels; default the model's input size ``client.image_size``
             (no resampling). Larger tiles are downsampled by the client's letterbox.
         overlap: pixels shared by neighbouring tiles (0 .. tile_size // 2); default tile_size // 8.
         bands: the 1 or 3 bands to use (1-based or names), needed for more than 3 bands.
-        stats: stretch limits; default one :func:`~napari_sam3.stretch.scene_stretch` of the
+        stats: stretch limits; default one :func:`~napari_sam3.imagery.stretch.scene_stretch` of the
             whole scene (uint8 scenes are used as they are).
         nodata: nodata value; default the raster's own.
         score_thr, mask_thr, max_det, dedup: as for ``client.segment``, per tile; ``dedup`` also

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import validate
+from napari_sam3.core import validate
 
 __all__ = ["GDAL_CACHE_BYTES", "Tile", "nodata_pixels", "tile_grid"]
 

@@ -1,0 +1,1 @@
+"""The contract with the model repository and the checks every input passes."""

@@ -1,0 +1,1 @@
+"""GIS out: polygons with provenance and their writers, COCO, vector post-processing, overlays, atomic files."""

@@ -1,0 +1,1 @@
+"""The napari plugin: reader, writers, sample data, settings and the dock widgets."""

@@ -1,0 +1,277 @@
+"""Scene: a whole raster, tile by tile (`napari_sam3.scene.segment_scene`) -> a new labels layer.
+
+The tiles are read lazily from the file the image layer was opened from (its ``source``
+metadata), or from a file chosen here, so a scene far larger than memory can be segmented. The
+progress bar counts tiles; Cancel stops the run after the tile being segmented.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from magicgui.widgets import FileEdit, LineEdit, PushButton, SpinBox
+from napari.layers import Image
+
+from napari_sam3.imagery.bands import parse_bands
+from napari_sam3.plugin.io import affine_list, crop_metadata, transform_kwargs
+from napari_sam3.plugin.widgets import _layers
+from napari_sam3.plugin.widgets._common import Sam3Widget, layer_combo, reports_errors
+from napari_sam3.plugin.widgets._fields import add_threshold_fields, bands_field, thresholds
+from napari_sam3.prompts.keywords import parse_keywords
+
+SUFFIXES = ".tif .tiff .jp2 .j2k"
+
+
+class SceneCancelled(Exception):
+    """Raised from the progress callback to stop `segment_scene` when the analyst cancels."""
+
+
+def layer_source(layer) -> str | list[str]:
+    """The raster file (or band files) an image layer was read from by the plugin's reader."""
+    source = (getattr(layer, "metadata", None) or {}).get("source")
+    if not source:
+        raise ValueError(
+            f"{layer.name} was not opened from a raster file by this plugin: "
+            "open the file with napari-sam3's reader, or choose it under 'Scene file'"
+        )
+    return source
+
+
+def default_bands(layer, text: str) -> list | None:
+    """The bands typed in the widget; else, for a raster of more than 3 bands, the layer's RGB."""
+    keys = parse_bands(text)
+    if keys or layer is None:
+        return keys
+    metadata = layer.metadata or {}
+    names = metadata.get("band_names") or []
+    rgb = _layers._record(layer).get("rgb_bands")
+    return list(rgb) if len(names) > 3 and rgb else None
+
+
+def scene_work(client, source, cancel: threading.Event, tiles: int, **kwargs):
+    """Generator for the widget's job: yields (tiles done, tiles) and returns the DataFrame.
+
+    `segment_scene` runs in a thread of its own; its progress callback forwards every tile here
+    and raises `SceneCancelled` once `cancel` is set.
+    """
+    from napari_sam3.scene import segment_scene
+
+    updates: queue.Queue = queue.Queue()
+
+    def progress(done: int, total: int) -> None:
+        if cancel.is_set():
+            raise SceneCancelled("cancelled")
+        updates.put((done, total))
+
+    yield (0, tiles)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(segment_scene, client, source, progress=progress, **kwargs)
+        try:
+            while not (future.done() and updates.empty()):
+                try:
+                    yield updates.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+        finally:
+            if not future.done():  # the generator was closed: stop at the next tile
+                cancel.set()
+        return future.result()
+
+
+class SceneWidget(Sam3Widget):
+    """Segment a whole scene in overlapping tiles; all objects in one new labels layer."""
+
+    def __init__(self, napari_viewer, shared=None) -> None:
+        super().__init__(napari_viewer)
+        if shared is None:
+            self.image = layer_combo(
+                napari_viewer,
+                Image,
+                "Image",
+                nullable=True,
+                tooltip="A layer opened from a raster file: its file is read tile by tile",
+            )
+            self.bands = bands_field()
+            own = [self.image]
+        else:  # the SAM3 panel's image and bands
+            self.image, self.bands, own = shared.image, shared.bands, []
+        self.file = FileEdit(
+            mode="r",
+            filter=" ".join(f"*{s}" for s in SUFFIXES.split()),
+            label="Scene file",
+            tooltip="Optional: a raster file to segment instead of the image layer's own",
+        )
+        self.prompt = LineEdit(
+            value="",
+            label="Prompt",
+            tooltip="A text prompt, or keywords separated by commas or semicolons (one vision "
+            "pass per tile)",
+        )
+        self.tile_size = SpinBox(
+            value=0,
+            min=0,
+            max=100_000,
+            label="Tile size",
+            tooltip="Tile side in scene pixels; 0 = the model's input size",
+        )
+        self.overlap = SpinBox(
+            value=-1,
+            min=-1,
+            max=50_000,
+            label="Overlap",
+            tooltip="Pixels shared by neighbouring tiles; -1 = tile size / 8",
+        )
+        self.run_button = PushButton(text="Segment scene")
+        self.run_button.changed.connect(self.run)
+        self._cancel_event = threading.Event()
+        self.tiles = 0
+        self.tiles_done = 0  # the last tile count the progress bar showed in a run
+        self.progress.changed.connect(self._progress_changed)
+        self.extend(
+            [
+                *own,
+                self.file,
+                *([self.bands] if shared is None else []),
+                self.prompt,
+                self.tile_size,
+                self.overlap,
+                *add_threshold_fields(self, shared),
+                self.run_button,
+            ]
+        )
+        self._footer()
+        self._controls = [self.run_button]
+        self.reset_choices()
+
+    def _source(self):
+        """(source for segment_scene, the layer results are placed on or None)."""
+        chosen = self.file.value
+        if chosen is not None and str(chosen) not in ("", "."):
+            if not Path(chosen).is_file():
+                raise ValueError(f"no such file: {chosen}")
+            return str(chosen), None
+        layer = self.image.value
+        if layer is None:
+            raise ValueError("choose an image layer opened from a raster file, or a scene file")
+        return layer_source(layer), layer
+
+    def arguments(self) -> tuple:
+        """(source, layer, segment_scene keyword arguments, keywords) from the widget's fields."""
+        from napari_sam3.imagery.raster import raster_info
+        from napari_sam3.scene import tile_grid
+
+        client = self.client
+        words = parse_keywords(self.prompt.value)
+        if not words:
+            raise ValueError("type a text prompt, or comma-separated keywords")
+        source, layer = self._source()
+        options = thresholds(self)
+        size = int(self.tile_size.value) or int(client.image_size)
+        overlap = int(self.overlap.value)
+        kwargs = {
+            "tile_size": size,
+            "overlap": size // 8 if overlap < 0 else overlap,
+            "bands": default_bands(layer, self.bands.value),
+            **options,
+        }
+        if len(words) == 1:
+            kwargs["prompt"] = words[0]
+        else:
+            kwargs["keywords"] = words
+        info = raster_info(source)
+        if layer is not None and _layers.image_shape(layer) != (info.rows, info.cols):
+            raise ValueError(
+                f"{layer.name} is {_layers.image_shape(layer)} pixels but its file is "
+                f"{info.rows}x{info.cols}: choose the scene file instead"
+            )
+        tiles = len(tile_grid(info.rows, info.cols, size, kwargs["overlap"]))
+        return source, layer, kwargs, words, tiles
+
+    @reports_errors("Scene segment failed")
+    def run(self, *_args) -> None:
+        client = self.client
+        source, layer, kwargs, words, tiles = self.arguments()
+        self._cancel_event = cancel = threading.Event()
+        self.tiles, self.tiles_done = tiles, 0
+        name = f"SAM3 scene {', '.join(words)}"
+        self.job.start(
+            f"Segmenting {tiles} tiles",
+            scene_work,
+            client,
+            source,
+            cancel,
+            tiles,
+            **kwargs,
+            done=lambda frame: self._show(frame, layer, name, ", ".join(words)),
+        )
+
+    def _progress_changed(self, *_args) -> None:
+        if self.job.running and self.progress.max > 0:
+            self.tiles_done = int(self.progress.value)
+
+    def _job_cancelled(self) -> None:
+        self._cancel_event.set()
+
+    def _show(self, frame, layer, name: str, prompt: str) -> str:
+        import pandas as pd
+
+        from napari_sam3.scene import scene_labels
+
+        shape = tuple(frame.attrs["scene"]["shape"])
+        labels = scene_labels(frame, shape) if len(frame) else np.zeros(shape, np.int32)
+        n = len(frame)
+        path = frame.attrs["scene"]["path"]
+        path = path[0] if isinstance(path, tuple | list) and path else path
+        source = layer.name if layer is not None else Path(str(path)).name
+        features = pd.DataFrame(
+            {
+                "index": np.arange(1, n + 1, dtype=np.int64),
+                "score": np.asarray(frame["score"], np.float32),
+                "keyword": [str(k) for k in frame["keyword"]],
+                "prompt_kind": [str(k) for k in frame["prompt_kind"]],
+                "area": np.bincount(labels.ravel(), minlength=n + 1)[1 : n + 1].astype(np.int64),
+                "source": [source] * n,
+                "tile": np.asarray(frame["tile"], np.int64),
+            }
+        )
+        tiles = len(frame.attrs.get("tiles", ()))
+        record = {"prompt": prompt, "tiles": tiles}
+        if layer is not None:  # on the image layer's pixels, with its georeferencing
+            target = _layers.ModelImage(
+                None, layer, (0, 0), shape, crop_metadata(layer.metadata, 0, 0)
+            )
+            target.description = layer.name
+            kwargs = _layers.result_layer_kwargs(target, name, features, **record)
+        else:  # a file chosen here: placed by its own georeferencing, as the reader places it
+            kwargs = _file_layer_kwargs(frame.attrs["scene"], name, features, record)
+        self.result = self.viewer.add_labels(labels, **kwargs)
+        return f"{len(frame)} object(s) in {tiles} tiles -> layer '{self.result.name}'"
+
+
+def _file_layer_kwargs(scene: dict, name: str, features, record: dict) -> dict:
+    from rasterio.transform import Affine
+
+    transform = Affine(*scene["transform"])
+    path = scene["path"]
+    metadata = _layers.with_record(
+        {
+            "crs": scene["crs"],
+            "transform": affine_list(transform),
+            "source": [str(p) for p in path] if isinstance(path, tuple | list) else str(path),
+        },
+        "result",
+        offset=[0, 0],
+        **record,
+    )
+    kwargs = transform_kwargs(transform)
+    return {
+        "name": name,
+        "features": features,
+        "metadata": metadata,
+        "colormap": _layers.keyword_colormap(features),
+        **kwargs,
+    }

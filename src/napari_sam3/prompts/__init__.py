@@ -1,0 +1,1 @@
+"""Prompts: keyword text, the tokenizer, portable concepts, vector files as boxes and points."""

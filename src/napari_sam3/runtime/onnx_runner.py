@@ -1,0 +1,397 @@
+"""Runs one ONNX graph with a chosen runtime and precision (embedded engine and `--flavor python`).
+
+Runtimes: ONNX Runtime (CPU, or its CUDA provider where installed) and OpenVINO (CPU), both on
+the same `model.onnx`; precisions fp32 and bf16 (OpenVINO only, and only where the CPU computes
+bf16 natively: AVX512_BF16 or AMX). Every runner has the same surface: `run(feed) -> outputs`.
+
+`auto` is a static rule from figures measured on the full-size graphs (docs/benchmarks.md),
+so no start pays for a benchmark: OpenVINO before ONNX Runtime on a CPU (fp32: 1.2x on the
+encoder), ONNX Runtime where its CUDA provider is present, bf16 only for the graphs in
+`BF16_GRAPHS` (those whose end-to-end parity bounds were measured to hold in bf16, see
+tests/runtimes) and only on a CPU with native bf16. Each choice carries the reason it was made.
+
+This file is copied beside each Triton Python model, so it imports nothing from napari_sam3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+if __package__:  # inside napari_sam3
+    from napari_sam3.runtime import host as _host
+else:  # the copy beside a Triton Python model, where its siblings are plain modules
+    import host as _host
+
+ONNXRUNTIME = "onnxruntime"
+OPENVINO = "openvino"
+RUNTIMES = (ONNXRUNTIME, OPENVINO)
+FP32 = "fp32"
+BF16 = "bf16"
+PRECISIONS = (FP32, BF16)
+AUTO = "auto"
+
+# Graphs whose end-to-end parity bounds (tests/runtime/test_bf16_parity.py, and the
+# full-size figures in docs/benchmarks.md) hold when they run in bf16. A graph missing here
+# stays fp32 under precision="auto". At full size (bf16 emulated, bench/bf16_parity.py) the
+# exemplar and concept prompts kept scores within 0.002 but only 1-2 of the top 5: the grounding
+# heads and the concept encoder stay fp32 until a per-graph check shows which graph did it.
+BF16_GRAPHS = frozenset(
+    {
+        "sam3_unified_encoder",
+        "sam3_text",
+        "sam3_pvs_decoder",
+        "sam3_pvs_decoder_grid",
+    }
+)
+_OV_PRECISION = {FP32: "f32", BF16: "bf16"}
+# The one-line summary names graphs by what they do (docs/serving.md#precision)
+SHORT_NAMES = {
+    "sam3_unified_encoder": "encoder",
+    "sam3_text": "text",
+    "sam3_decoder": "decoder",
+    "sam3_decoder_ct": "concept decoder",
+    "sam3_concept_encoder": "concept encoder",
+    "sam3_pvs_decoder": "PVS",
+    "sam3_pvs_decoder_grid": "PVS",
+}
+PRECISION_DOC = "docs/serving.md#precision"
+
+
+class PrecisionUnavailable(ValueError):
+    """bf16 was asked for explicitly where it cannot run natively."""
+
+
+class GraphCompileError(RuntimeError):
+    """A runtime could not load or compile a graph."""
+
+
+def check_choice(runtime: str, precision: str) -> None:
+    if runtime not in (*RUNTIMES, AUTO):
+        raise ValueError(
+            f"unknown runtime {runtime!r}; choose one of {', '.join((*RUNTIMES, AUTO))}"
+        )
+    if precision not in (*PRECISIONS, AUTO):
+        raise ValueError(
+            f"unknown precision {precision!r}; choose one of {', '.join((*PRECISIONS, AUTO))}"
+        )
+
+
+@dataclass(frozen=True)
+class Choice:
+    runtime: str
+    precision: str
+    reason: str
+    asked: str = AUTO  # the precision the caller asked for: only an explicit bf16 may fail
+
+    def __str__(self) -> str:
+        return f"{self.runtime}/{self.precision}"
+
+    def fell_back(self, why: str) -> Choice:
+        """This choice at fp32, because bf16 could not be compiled or verified."""
+        return Choice(self.runtime, FP32, f"{self.reason}; fp32 because {why}", self.asked)
+
+
+def choose(
+    graph: str,
+    runtime: str = AUTO,
+    precision: str = AUTO,
+    host: _host.Host | None = None,
+) -> Choice:
+    """The runtime and precision `graph` runs at, with the reason, on `host` (this machine by
+    default: `host.detect()`; tests pass other machines)."""
+    check_choice(runtime, precision)
+    host = _host.detect() if host is None else host
+    reasons = []
+    if runtime == AUTO:
+        if host.cuda and precision != BF16:
+            runtime = ONNXRUNTIME
+            reasons.append("ONNX Runtime's CUDA provider is present")
+        elif host.openvino:
+            runtime = OPENVINO
+            reasons.append("OpenVINO: less CPU time than ONNX Runtime (docs/benchmarks.md)")
+        else:
+            runtime = ONNXRUNTIME
+            reasons.append("OpenVINO is not installed")
+    if precision == FP32:
+        return Choice(runtime, FP32, "; ".join(reasons + ["fp32 asked for"]), FP32)
+    if runtime == ONNXRUNTIME:
+        if precision == BF16:
+            raise PrecisionUnavailable(
+                "ONNX Runtime runs these fp32 graphs at fp32 only; bf16 needs runtime='openvino' "
+                "(or use precision='fp32' or 'auto')"
+            )
+        return Choice(runtime, FP32, "; ".join(reasons + ["ONNX Runtime runs fp32"]))
+    native, why = host.native_bf16()
+    if precision == BF16:
+        if not native:
+            raise PrecisionUnavailable(
+                f"bf16 asked for, but {why}: OpenVINO would silently compute fp32. "
+                "Use precision='fp32' (or 'auto', which falls back to fp32 and says so)"
+            )
+        return Choice(runtime, BF16, "; ".join(reasons + [f"bf16 asked for, {why}"]), BF16)
+    if not native:
+        return Choice(runtime, FP32, "; ".join(reasons + [f"fp32 because {why}"]))
+    if graph not in BF16_GRAPHS:
+        return Choice(runtime, FP32, "; ".join(reasons + ["fp32: not measured to hold in bf16"]))
+    return Choice(runtime, BF16, "; ".join(reasons + [why]))
+
+
+def summary(choices: dict[str, Choice]) -> str:
+    """One short line: 'openvino bf16: encoder, text, PVS; fp32: decoder, ... (docs/...)'.
+
+    One part per distinct runtime and precision, graphs by their short names; the same line in
+    `repr(client)`, the CLI and the panel.
+    """
+    if not choices:
+        return "no ONNX graphs"
+    groups: dict[tuple[str, str], list[str]] = {}
+    for graph, choice in choices.items():
+        names = groups.setdefault((choice.runtime, choice.precision), [])
+        name = SHORT_NAMES.get(graph, graph)
+        if name not in names:
+            names.append(name)
+    order = list(SHORT_NAMES.values())
+    parts, previous_runtime = [], None
+    for (runtime, precision), names in sorted(groups.items(), key=lambda kv: _group_order(kv[0])):
+        names.sort(key=lambda n: order.index(n) if n in order else len(order))
+        label = precision if runtime == previous_runtime else f"{runtime} {precision}"
+        parts.append(f"{label}: {', '.join(names)}")
+        previous_runtime = runtime
+    return "; ".join(parts) + f" ({PRECISION_DOC})"
+
+
+def _group_order(key: tuple[str, str]) -> tuple[int, int]:
+    runtime, precision = key
+    return RUNTIMES.index(runtime) if runtime in RUNTIMES else 9, -PRECISIONS.index(precision)
+
+
+def reasons(choices: dict[str, Choice]) -> str:
+    """Why, each distinct reason once (the details behind `summary`)."""
+    seen: list[str] = []
+    for choice in choices.values():
+        for part in choice.reason.split("; "):
+            if part not in seen:
+                seen.append(part)
+    return "; ".join(seen)
+
+
+def default_cache_dir() -> Path:
+    """OpenVINO's compiled-model cache, in the user's cache folder."""
+    try:
+        from platformdirs import user_cache_path
+
+        base = user_cache_path("napari-sam3")
+    except ImportError:  # the copy beside a Triton model, in an environment without platformdirs
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "napari-sam3"
+    return base / "openvino"
+
+
+def _ort_providers() -> list[str]:
+    available = _host.detect().ort_providers
+    return [p for p in (_host.CUDA_PROVIDER, _host.CPU_PROVIDER) if p in available]
+
+
+def make_session(path: str, threads: int = 0):
+    ort = _host.import_onnxruntime()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        options.intra_op_num_threads = threads
+    return ort.InferenceSession(path, options, providers=_ort_providers())
+
+
+class OrtRunner:
+    def __init__(self, path: str, threads: int = 0) -> None:
+        self.session = make_session(path, threads)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.device = "GPU" if self.session.get_providers()[0].startswith("CUDA") else "CPU"
+
+    def run(self, feed: dict) -> dict:
+        outputs = self.session.run(self.output_names, feed)
+        return dict(zip(self.output_names, outputs, strict=True))
+
+
+def _graph_signature(path: Path) -> str:
+    """A cache folder name that changes whenever the graph or its external data change.
+
+    The graph file itself is hashed (it holds the weights of small graphs; a full-size graph file
+    keeps only its structure, its weights lie in external data); external data files are keyed by
+    size and modification time, as hashing 1.8 GB at every start would cost seconds.
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    for extra in sorted(path.parent.glob(path.name + ".*")):
+        stat = extra.stat()
+        digest.update(f"{extra.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def compiled_precision(reported) -> str:
+    """OpenVINO's `INFERENCE_PRECISION_HINT` of a compiled model as "bf16" / "fp32" (another
+    type by OpenVINO's own short name). OpenVINO answers a type object (`ov.Type.bf16`, whose
+    str() is "<Type: 'bfloat16'>"), so it is compared with OpenVINO's types, never as text."""
+    ov = _host.import_openvino()
+    for name, ov_type in ((BF16, ov.Type.bf16), (FP32, ov.Type.f32)):
+        if reported == ov_type:
+            return name
+    to_string = getattr(reported, "to_string", None)
+    return to_string() if callable(to_string) else str(reported)
+
+
+def verify_precision(choice: Choice, reported, graph: str) -> Choice:
+    """`choice` as OpenVINO compiled it (`reported`: the compiled model's precision hint).
+
+    Under `auto` a graph compiled at another precision than planned runs at what it was
+    compiled at, and the choice says so; an explicit precision that did not hold is an error.
+    """
+    got = compiled_precision(reported)
+    if got == choice.precision:
+        return choice
+    if choice.asked != AUTO:
+        raise PrecisionUnavailable(
+            f"{choice.asked} asked for, but OpenVINO compiled {graph} at {got} on this CPU "
+            f"({_host.detect().native_bf16()[1]}). Use precision='fp32' (or 'auto', which falls "
+            "back and says so)"
+        )
+    return Choice(
+        choice.runtime,
+        got,
+        f"{choice.reason}; {got} because OpenVINO compiled it at {got}",
+        choice.asked,
+    )
+
+
+def _ov_config(precision: str, threads: int) -> dict:
+    config = {"INFERENCE_PRECISION_HINT": _OV_PRECISION[precision], "PERFORMANCE_HINT": "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    return config
+
+
+def compile_openvino(core, path: str, choice: Choice, threads: int = 0, graph: str = ""):
+    """(compiled model, the choice as compiled). Under `auto`, a graph that fails to compile in
+    bf16 is compiled in fp32 and the choice says why; an explicit bf16 fails."""
+    try:
+        compiled = core.compile_model(path, "CPU", _ov_config(choice.precision, threads))
+    except Exception as error:  # noqa: BLE001 - OpenVINO raises its own types
+        if choice.precision != BF16 or choice.asked == BF16:
+            raise
+        choice = choice.fell_back(f"OpenVINO could not compile it in bf16 ({_gist(error)})")
+        compiled = core.compile_model(path, "CPU", _ov_config(FP32, threads))
+    return compiled, verify_precision(
+        choice, compiled.get_property("INFERENCE_PRECISION_HINT"), graph or path
+    )
+
+
+class OpenVinoRunner:
+    def __init__(
+        self,
+        path: str,
+        choice: Choice,
+        threads: int = 0,
+        cache_dir: str | Path | None = None,
+        graph: str = "",
+    ) -> None:
+        ov = _host.import_openvino()
+        core = ov.Core()
+        base = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.cache_dir = base / _graph_signature(Path(path))
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        core.set_property({"CACHE_DIR": str(self.cache_dir)})
+        # Compiled from the path, OpenVINO checks its cache before reading the file: full-size
+        # encoder, warm cache 7.4 s and 3.8 GB RSS, against 8.9 s and 5.6 GB through read_model
+        # (cold: ~20 s either way). OpenVINO's own key for a path did not see a same-size file
+        # rewritten in place (a stale blob answered), hence the signature folder above.
+        self.compiled, self.choice = compile_openvino(core, path, choice, threads, graph)
+        self.input_names = [p.get_any_name() for p in self.compiled.inputs]
+        self.output_names = [p.get_any_name() for p in self.compiled.outputs]
+        self.device = "CPU"
+        self._request = self.compiled.create_infer_request()
+        self._lock = threading.Lock()
+
+    def run(self, feed: dict) -> dict:
+        with self._lock:
+            result = self._request.infer(feed, share_inputs=False, share_outputs=False)
+        return {p.get_any_name(): np.asarray(v) for p, v in result.items()}
+
+
+def make_runner(
+    path: str | Path,
+    runtime: str = AUTO,
+    precision: str = AUTO,
+    threads: int = 0,
+    cache_dir: str | Path | None = None,
+    graph: str | None = None,
+    choice: Choice | None = None,
+):
+    """A runner for the graph at `path`: `.run(feed) -> {output name: array}`, `.choice` (what
+    it runs at, after compiling). `choice` (from `choose`) replaces runtime and precision."""
+    path = str(path)
+    graph = graph or Path(path).parent.parent.name
+    choice = choice or choose(graph, runtime, precision)
+    try:
+        if choice.runtime == OPENVINO:
+            runner = OpenVinoRunner(path, choice, threads, cache_dir, graph)
+            choice = runner.choice
+        else:
+            runner = OrtRunner(path, threads)
+    except PrecisionUnavailable:
+        raise
+    except ImportError as error:
+        raise GraphCompileError(
+            f"{graph}: runtime {choice.runtime} is not installed ({error}); "
+            f"`pip install {choice.runtime}` or choose runtime='{ONNXRUNTIME}'"
+        ) from error
+    except Exception as error:  # noqa: BLE001 - both runtimes raise their own types
+        other = OPENVINO if choice.runtime == ONNXRUNTIME else ONNXRUNTIME
+        raise GraphCompileError(
+            f"graph {graph} ({path}) failed to compile in {choice.runtime}: {_gist(error)}. "
+            f"Re-export the repository, or try runtime='{other}'"
+        ) from error
+    runner.choice = choice
+    runner.graph = graph
+    return runner
+
+
+def _gist(error: Exception) -> str:
+    """The informative lines of a runtime's error (OpenVINO's start with source locations)."""
+    lines = [
+        line.strip()
+        for line in str(error).splitlines()
+        if line.strip() and not line.startswith(("Exception from ", "Check 'false' failed"))
+    ]
+    return " ".join(lines)[:400] or type(error).__name__
+
+
+class Logic:
+    """The Python-backend model (and embedded runner) of one ONNX graph. Config parameters:
+    `runtime`, `precision`, `intra_op_threads`, `openvino_cache_dir`. Without `runtime` (a
+    repository written before runtimes were a choice) it runs ONNX Runtime at fp32, as then."""
+
+    def __init__(self, model_dir: str, parameters: dict) -> None:
+        self.runner = make_runner(
+            os.path.join(model_dir, "model.onnx"),
+            runtime=parameters.get("runtime", ONNXRUNTIME),
+            precision=parameters.get("precision", AUTO),
+            threads=int(parameters.get("intra_op_threads", "0")),
+            cache_dir=parameters.get("openvino_cache_dir") or None,
+            graph=parameters.get("graph_name") or Path(model_dir).parent.name,
+        )
+        self.choice = self.runner.choice
+        self.inputs = list(self.runner.input_names)
+        self.output_names = list(self.runner.output_names)
+
+    def run(self, inputs: dict, call=None) -> dict:
+        missing = sorted(set(self.inputs) - set(inputs))
+        if missing:
+            raise ValueError(f"missing inputs: {', '.join(missing)}")
+        return self.runner.run({name: np.asarray(inputs[name]) for name in self.inputs})

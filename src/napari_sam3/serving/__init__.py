@@ -1,0 +1,1 @@
+"""sam3-serve: the repository check and the supervised CPU tritonserver."""
