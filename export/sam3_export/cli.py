@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except CheckpointError as exc:
         print(f"sam3-export: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     _write_repository(args.out, manifest, args)
     if not args.quiet:
         kind = "RANDOM weights" if manifest.random_weights else f"checkpoint {manifest.checkpoint}"

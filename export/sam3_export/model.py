@@ -47,6 +47,8 @@ from sam3.model.tokenizer_ve import SimpleTokenizer
 from sam3.model.vitdet import ViT
 from sam3.model.vl_combiner import SAM3VLBackbone
 
+from napari_sam3.core.errors import RefusedError
+
 from .dims import SIZES, Sam3Dims
 from .pvs_model import build_pvs_predictor
 
@@ -67,7 +69,7 @@ WRAPPER_KEYS = ("model", "state_dict")
 DERIVED_BUFFER_SUFFIXES = ("freqs_cis", "relative_coords")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(RefusedError, ValueError):
     """The given checkpoint cannot be used (missing, not a checkpoint, or keys missing)."""
 
 

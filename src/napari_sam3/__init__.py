@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 decline_telemetry()
 
 _EXPORTS = {
+    "Sam3Error": "core.errors",
     "read_raster": "imagery.raster",
     "raster_info": "imagery.raster",
     "Raster": "imagery.raster",

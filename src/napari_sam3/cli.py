@@ -27,6 +27,7 @@ from napari_sam3.client.connection import (
     PRECISION_CHOICES,
     RUNTIME_CHOICES,
 )
+from napari_sam3.core.errors import EXIT_FAILED, EXIT_OK, RefusedError, Sam3Error
 from napari_sam3.imagery.bands import parse_bands
 from napari_sam3.prompts.keywords import parse_keywords
 
@@ -42,15 +43,14 @@ RANDOM_BANNER = """
 RASTER_SUFFIXES = (".tif", ".tiff", ".jp2", ".png", ".jpg", ".jpeg", ".img", ".vrt")
 SCENE_OUTPUTS = (".gpkg", ".geojson", ".shp", ".parquet", ".fgb", ".tif", ".tiff")
 OUTPUT_FORMATS = ("gpkg", "geojson", "shp", "parquet", "fgb", "tif", "cog")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _fail(message: str) -> int:
     print(f"napari-sam3: {message}", file=sys.stderr)
-    return 1
+    return EXIT_FAILED
 
 
-class UsageError(Exception):
+class UsageError(RefusedError):
     """Bad arguments or setup: nothing was run (exit code 2)."""
 
 
@@ -492,7 +492,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
             return _segment_batch(args, _scene_inputs(args.rasters))
         except UsageError as error:
             print(f"napari-sam3: {error}", file=sys.stderr)
-            return EXIT_USAGE
+            return RefusedError.exit_code
     try:
         inputs = _scene_inputs(args.rasters)
         targets, merged = _plan_outputs(inputs, args.out, args.format, args.overwrite)
@@ -502,7 +502,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
         post = _postprocess_options(args)
     except UsageError as error:
         print(f"napari-sam3: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return RefusedError.exit_code
     from napari_sam3.gis.vector import add_provenance, write_vector
     from napari_sam3.scene import scene_geodataframe, segment_scene, write_scene
 
@@ -705,9 +705,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except UsageError as error:
+    except Sam3Error as error:
         print(f"napari-sam3: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return error.exit_code
     except (ValueError, FileNotFoundError, FileExistsError, ConnectionError, TypeError) as error:
         return _fail(str(error))
     except subprocess.CalledProcessError as error:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from napari_sam3.core import contract
+from napari_sam3.core.errors import Sam3Error
 from napari_sam3.masks.rle import decode_masks
 from napari_sam3.runtime.cached import ENCODED, HIT, MISS, image_key
 from napari_sam3.runtime.postprocess import DEFAULT_MASK_THR, DEFAULT_MAX_DET, DEFAULT_SCORE_THR
@@ -44,7 +45,7 @@ STATUSES = (HIT, ENCODED, MISS, REFILTERED)
 OPTIONS = (contract.SCORE_THR, contract.MASK_THR, contract.MAX_DET)
 
 
-class ModelChanged(ValueError):
+class ModelChanged(Sam3Error, ValueError):
     """The server now serves another model than the one something was made with.
 
     `address`, `old_model_id` and `new_model_id` say which; the message says what to do.

@@ -25,6 +25,7 @@ import pandas as pd
 import pyproj
 from rasterio.transform import Affine
 
+from napari_sam3.core.errors import RefusedError
 from napari_sam3.imagery.raster import Raster, RasterInfo, raster_info
 
 __all__ = [
@@ -56,7 +57,7 @@ class VectorPrompt:
     crs: Any = None
 
 
-class ExemplarsOutside(ValueError):
+class ExemplarsOutside(RefusedError, ValueError):
     """Every exemplar falls outside the raster."""
 
 

@@ -24,9 +24,16 @@ from pathlib import Path
 import numpy as np
 
 if __package__:  # inside napari_sam3
+    from napari_sam3.core.errors import RefusedError as _Refused
+    from napari_sam3.core.errors import Sam3Error as _Failed
     from napari_sam3.runtime import host as _host
 else:  # the copy beside a Triton Python model, where its siblings are plain modules
     import host as _host
+
+    class _Refused:  # the copy beside a Triton model knows no napari_sam3 base classes
+        pass
+
+    _Failed = _Refused
 
 ONNXRUNTIME = "onnxruntime"
 OPENVINO = "openvino"
@@ -63,11 +70,11 @@ SHORT_NAMES = {
 PRECISION_DOC = "docs/serving.md#precision"
 
 
-class PrecisionUnavailable(ValueError):
+class PrecisionUnavailable(_Refused, ValueError):
     """bf16 was asked for explicitly where it cannot run natively."""
 
 
-class GraphCompileError(RuntimeError):
+class GraphCompileError(_Failed, RuntimeError):
     """A runtime could not load or compile a graph."""
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from napari_sam3.client.connection import ConnectionSpec
+from napari_sam3.core.errors import Sam3Error
 from napari_sam3.gis.files import atomic_write_bytes
 from napari_sam3.prompts.concept import Concept
 
@@ -43,7 +44,7 @@ LOCK = ".napari-sam3.lock"
 PathLike = str | os.PathLike
 
 
-class FolderLocked(RuntimeError):
+class FolderLocked(Sam3Error, RuntimeError):
     """Another run is writing the output folder."""
 
 

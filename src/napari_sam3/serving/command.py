@@ -10,16 +10,10 @@ import sys
 import threading
 from pathlib import Path
 
-from napari_sam3.serving.ports import PortError, _port
-from napari_sam3.serving.repository_check import RepositoryError
+from napari_sam3.core.errors import EXIT_FAILED, EXIT_REFUSED, Sam3Error
+from napari_sam3.serving.ports import _port
 from napari_sam3.serving.server import ServeError, TritonServer
 from napari_sam3.serving.tls import TlsFiles, plaintext_warnings
-
-# Exit codes of `sam3-serve`: refused before starting (bad input), and failed or unhealthy.
-EXIT_REFUSED = 2
-
-
-EXIT_FAILED = 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,10 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         for warning in plaintext_warnings(args.host, args.http_host, tls is not None):
             print(f"sam3-serve: warning: {warning}", file=sys.stderr, flush=True)
         server.start(args.timeout)
-    except (RepositoryError, PortError, ValueError, FileNotFoundError) as error:
+    except Sam3Error as error:  # the repository or a port refused (2), the start failed (1)
+        print(f"sam3-serve: {error}", file=sys.stderr)
+        return error.exit_code
+    except (ValueError, FileNotFoundError) as error:
         print(f"sam3-serve: {error}", file=sys.stderr)
         return EXIT_REFUSED
-    except (ServeError, TimeoutError) as error:
+    except TimeoutError as error:
         print(f"sam3-serve: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

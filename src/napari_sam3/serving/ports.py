@@ -6,8 +6,10 @@ import argparse
 import ipaddress
 import socket
 
+from napari_sam3.core.errors import RefusedError
 
-class PortError(ValueError):
+
+class PortError(RefusedError, ValueError):
     """A port out of range, or already in use."""
 
 

@@ -14,6 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from napari_sam3.core import contract
+from napari_sam3.core.errors import RefusedError
 from napari_sam3.runtime.engines.repository_code import stale_logic, stale_logic_message
 
 # A config.pbtxt with the manifest parameter is ~15 kB at full size; refuse to parse anything huge.
@@ -27,7 +28,7 @@ _DEFAULT_FILES = {
 }
 
 
-class RepositoryError(ValueError):
+class RepositoryError(RefusedError, ValueError):
     """The model repository cannot be served as it is."""
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from napari_sam3.core.errors import Sam3Error
 from napari_sam3.serving.binary import STUB_NAME, TritonBinary, find_tritonserver
 from napari_sam3.serving.logs import _reason, log_errors
 from napari_sam3.serving.ports import PortError, _connect_host, check_port, free_port
@@ -48,7 +49,7 @@ KEY_HEADER = "sam3-serve-key"
 RESTRICTED = "model-repository,logging,trace,shared-memory"
 
 
-class ServeError(RuntimeError):
+class ServeError(Sam3Error, RuntimeError):
     """The server could not be started, or is no longer healthy."""
 
 

@@ -25,7 +25,6 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-# the timeouts' defaults live in napari_sam3.client.connection (the CLI, the panel and batch runs use it)
 from napari_sam3.client.connection import (
     DEADLINE_FACTOR,
     DEFAULT_CONNECT_TIMEOUT,
@@ -33,6 +32,9 @@ from napari_sam3.client.connection import (
     DEFAULT_REQUEST_TIMEOUT,
 )
 from napari_sam3.core import validate
+
+# the timeouts' defaults live in napari_sam3.client.connection (the CLI, the panel and batch runs use it)
+from napari_sam3.core.errors import Sam3Error
 from napari_sam3.runtime.engines.model_config import ModelConfig, parse_model_config
 
 # Worth a retry: the request never reached a model (refused, reset, overloaded). A try that ran
@@ -43,7 +45,7 @@ MAX_MESSAGE = 2**31 - 1  # as tritonclient's own default (images and masks can b
 MAX_PEM_BYTES = 1 << 20
 
 
-class RequestTimeout(ConnectionError, TimeoutError):
+class RequestTimeout(Sam3Error, ConnectionError, TimeoutError):
     """A request that did not finish within its time on a server that still answers."""
 
 
