@@ -192,3 +192,14 @@ def test_the_summary_is_one_short_line_per_distinct_choice(avx2, bf16_host):
     mixed = {"sam3_text": R.choose("sam3_text", "onnxruntime", "auto", avx2)}
     mixed["sam3_unified_encoder"] = R.choose("sam3_unified_encoder", "openvino", "fp32", avx2)
     assert R.summary(mixed).startswith("onnxruntime fp32: text; openvino fp32: encoder")
+
+
+@pytest.mark.parametrize("name", ["avx2", "native_bf16"])
+def test_onnxruntime_puts_its_cuda_provider_first_only_where_installed(name, hosts, monkeypatch):
+    host = hosts[name]
+    monkeypatch.setattr(H, "detect", lambda: host)
+    assert R._ort_providers() == [H.CPU_PROVIDER]
+    with_cuda = dataclasses.replace(host, ort_providers=(H.CPU_PROVIDER, H.CUDA_PROVIDER))
+    monkeypatch.setattr(H, "detect", lambda: with_cuda)
+    assert R._ort_providers() == [H.CUDA_PROVIDER, H.CPU_PROVIDER]
+    assert R.choose("sam3_text", host=with_cuda).runtime == "onnxruntime"

@@ -153,9 +153,7 @@ class FeatureCacheClient:
         if said:
             return said
         # a sam3_cached that says neither: the repository's manifest, read again
-        refresh = getattr(self.engine, "refresh", None)
-        if refresh is not None:
-            refresh()
+        self.engine.refresh()
         return contract.manifest_from_config(self.engine.config(contract.SEGMENT)).model_id
 
     def _switch(self, model: str, served: str) -> None:
@@ -286,9 +284,7 @@ class FeatureCacheClient:
         self._check(model, served)
         if contract.CACHE_MODEL_ID in wanted:
             # the same model from a repository written before cache_model_id existed
-            refresh = getattr(self.engine, "refresh", None)
-            if refresh is not None:
-                refresh()
+            self.engine.refresh()
             self._says_model = self._declares_model_output()
             if not self._says_model:
                 older = [name for name in wanted if name != contract.CACHE_MODEL_ID]

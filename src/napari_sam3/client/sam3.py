@@ -174,9 +174,7 @@ class Sam3Client:
         """The server serves another model now (restarted on another repository): forget its
         configs, read the manifest again; the model id this client serves from now on."""
         old = self.model_id
-        refresh = getattr(self.engine, "refresh", None)
-        if refresh is not None:
-            refresh()
+        self.engine.refresh()
         self._read_manifest()
         if self.model_id != old:
             self._previous_models.add(old)
@@ -220,8 +218,8 @@ class Sam3Client:
 
     def __repr__(self) -> str:
         weights = "RANDOM WEIGHTS" if self.manifest.random_weights else "checkpoint"
-        summary = getattr(self.engine, "runtime_summary", None)
-        runs = f", runtime={summary()}" if summary else ""
+        summary = self.engine.runtime_summary()
+        runs = f", runtime={summary}" if summary else ""
         return (
             f"Sam3Client({self.address!r}, size={self.manifest.size}, "
             f"input={self.image_size}px, {weights}, model_id={self.model_id[:12]}{runs})"

@@ -194,8 +194,7 @@ def read_tile(
 def default_in_flight(client: Any) -> int:
     """Requests in flight by default: what the engine says it serves at once (a server pool: its
     servers' instances, plus one queued each), else 1 (the embedded engine runs one at a time)."""
-    concurrency = getattr(getattr(client, "engine", None), "concurrency", None)
-    return max(1, int(concurrency())) if callable(concurrency) else 1
+    return max(1, int(client.engine.concurrency()))
 
 
 def _run_tiles(

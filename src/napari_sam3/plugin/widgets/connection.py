@@ -301,8 +301,8 @@ def model_info(client) -> str:
         describe_client(client),
         f"engine: {type(client.engine).__name__}",
         *(
-            [f"runtime: {client.engine.runtime_summary(reasons=True)}"]
-            if hasattr(client.engine, "runtime_summary")
+            [f"runtime: {summary}"]
+            if (summary := client.engine.runtime_summary(reasons=True))
             else []
         ),
         f"exemplar slots: {m.exemplar_slots} · keywords per call: {m.max_keywords} · "

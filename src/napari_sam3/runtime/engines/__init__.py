@@ -6,5 +6,6 @@ Both expose the same call, `infer(model_name, inputs, output_names) -> dict of n
 
 from napari_sam3.runtime.engines.local import LocalEngine
 from napari_sam3.runtime.engines.model_config import ModelConfig, load_model_configs
+from napari_sam3.runtime.engines.protocol import Engine
 
-__all__ = ["LocalEngine", "ModelConfig", "load_model_configs"]
+__all__ = ["Engine", "LocalEngine", "ModelConfig", "load_model_configs"]

@@ -123,6 +123,14 @@ class LocalEngine:
         # as over gRPC, an output the model did not answer is absent
         return {name: outputs[name] for name in wanted if name in outputs}
 
+    def concurrency(self) -> int:
+        return 1  # one request at a time: the graphs already use every thread
+
+    def refresh(self) -> None:
+        """The repository's configs, read again."""
+        with self._lock:
+            self.configs = load_model_configs(self.repository)
+
     def statistics(self, model_name: str) -> dict:
         """Execution counts in the shape of Triton's `get_inference_statistics(as_json=True)`."""
         self.config(model_name)

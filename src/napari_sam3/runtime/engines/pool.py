@@ -249,6 +249,9 @@ class PoolEngine:
         )
         return True
 
+    def runtime_summary(self, reasons: bool = False) -> str | None:
+        return None  # each server's repository decides
+
     def refresh(self) -> None:
         """Forget the configs read so far and the servers that hold each image, and serve the
         model most of the servers up now serve (the others leave the pool until they serve it).

@@ -264,6 +264,12 @@ class TritonEngine:
             self._configs[model_name] = parse_model_config(text_format.MessageToString(proto))
         return self._configs[model_name]
 
+    def concurrency(self) -> int:
+        return 1
+
+    def runtime_summary(self, reasons: bool = False) -> str | None:
+        return None  # the server's repository decides
+
     def refresh(self) -> None:
         """Forget the model configs read so far: the next `config` asks the server again.
 
