@@ -32,7 +32,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-try:  # inside the napari_sam3 package
+if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
     from napari_sam3.core import contract
     from napari_sam3.masks.rle import RleMasks, decode_masks, encode_masks
     from napari_sam3.runtime.postprocess import (
@@ -40,15 +40,17 @@ try:  # inside the napari_sam3 package
         DEFAULT_MAX_DET,
         DEFAULT_SCORE_THR,
         postprocess,
+        scalar,
         upsample_threshold,
     )
-except ImportError:  # the copies beside the Triton model
+else:  # the copies beside the Triton model, where siblings are plain modules
     import contract
     from postprocess import (
         DEFAULT_MASK_THR,
         DEFAULT_MAX_DET,
         DEFAULT_SCORE_THR,
         postprocess,
+        scalar,
         upsample_threshold,
     )
     from rle import RleMasks, decode_masks, encode_masks
@@ -342,9 +344,9 @@ class Logic:
         concepts = concept_inputs(inputs, n)
         first_concept = n - len(concepts)
         options = {
-            "score_thr": _scalar(inputs, contract.SCORE_THR, DEFAULT_SCORE_THR, float),
-            "mask_thr": _scalar(inputs, contract.MASK_THR, DEFAULT_MASK_THR, float),
-            "max_det": _scalar(inputs, contract.MAX_DET, DEFAULT_MAX_DET, int),
+            "score_thr": scalar(inputs, contract.SCORE_THR, DEFAULT_SCORE_THR, float),
+            "mask_thr": scalar(inputs, contract.MASK_THR, DEFAULT_MASK_THR, float),
+            "max_det": scalar(inputs, contract.MAX_DET, DEFAULT_MAX_DET, int),
         }
         grounding = {name: vision[name] for name in contract.GROUNDING_VISION}
         scores, boxes, masks, counts = [], [], [], []
@@ -488,15 +490,6 @@ def _text(value: str) -> np.ndarray:
 
 def _status(status: str) -> dict:
     return {contract.CACHE_STATUS: _text(status)}
-
-
-def _scalar(inputs: dict, name: str, default, kind):
-    if name not in inputs:
-        return default
-    value = np.asarray(inputs[name]).reshape(-1)
-    if value.size != 1:
-        raise ValueError(f"{name} must hold one value, got {value.size}")
-    return kind(value[0])
 
 
 def concept_inputs(inputs: dict, rows: int) -> list[dict]:

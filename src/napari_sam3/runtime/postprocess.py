@@ -108,7 +108,8 @@ def encode_thresholded(logits: np.ndarray, size: int, cut: float) -> bytes:
     return RleMasks.stack(masks, (size, size)).to_bytes()
 
 
-def _scalar(inputs: dict, name: str, default, kind):
+def scalar(inputs: dict, name: str, default, kind):
+    """One option from a request (`default` where absent); exactly one value, as `kind`."""
     if name not in inputs:
         return default
     value = np.asarray(inputs[name]).reshape(-1)
@@ -159,9 +160,9 @@ class Logic:
             inputs["pred_masks"],
             inputs["presence_logit"],
             self.image_size,
-            score_thr=_scalar(inputs, "score_thr", DEFAULT_SCORE_THR, float),
-            mask_thr=_scalar(inputs, "mask_thr", DEFAULT_MASK_THR, float),
-            max_det=_scalar(inputs, "max_det", DEFAULT_MAX_DET, int),
+            score_thr=scalar(inputs, "score_thr", DEFAULT_SCORE_THR, float),
+            mask_thr=scalar(inputs, "mask_thr", DEFAULT_MASK_THR, float),
+            max_det=scalar(inputs, "max_det", DEFAULT_MAX_DET, int),
         )
         return {
             "scores": scores,

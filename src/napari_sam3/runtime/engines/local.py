@@ -16,7 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from napari_sam3.runtime.engines.model_config import ModelConfig, load_model_configs
+from napari_sam3.runtime.engines.model_config import (
+    ModelConfig,
+    OutputNames,
+    Outputs,
+    Tensors,
+    load_model_configs,
+)
 
 
 class LocalEngine:
@@ -96,12 +102,7 @@ class LocalEngine:
                 + ", ".join(sorted(self.configs))
             ) from None
 
-    def infer(
-        self,
-        model_name: str,
-        inputs: Mapping[str, np.ndarray],
-        output_names: Sequence[str] | None = None,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, model_name: str, inputs: Tensors, output_names: OutputNames = None) -> Outputs:
         if self._closed:
             raise RuntimeError(
                 f"the embedded engine over {self.repository} is closed; make a new Sam3Client"

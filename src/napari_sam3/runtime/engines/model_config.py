@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
 from napari_sam3.core.contract import TensorSpec
+
+# A request's inputs and a model's answer, by tensor name; the output names a request asks for.
+Tensors = Mapping[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
+OutputNames = Sequence[str] | None
 
 # Triton data types -> numpy dtype names, for the types this project uses.
 TRITON_TO_DTYPE = {

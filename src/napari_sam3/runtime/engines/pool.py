@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +29,7 @@ import numpy as np
 
 from napari_sam3.client.connection import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 from napari_sam3.core import contract
-from napari_sam3.runtime.engines.model_config import ModelConfig
+from napari_sam3.runtime.engines.model_config import ModelConfig, OutputNames, Outputs, Tensors
 
 log = logging.getLogger(__name__)
 
@@ -343,12 +343,7 @@ class PoolEngine:
             self._configs[model_name] = self._call(lambda e: e.config(model_name))
         return self._configs[model_name]
 
-    def infer(
-        self,
-        model_name: str,
-        inputs: Mapping[str, np.ndarray],
-        output_names: Sequence[str] | None = None,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, model_name: str, inputs: Tensors, output_names: OutputNames = None) -> Outputs:
         key = None
         if contract.IMAGE_ID in inputs:
             key = bytes(np.asarray(inputs[contract.IMAGE_ID]).reshape(-1)[0]).decode()

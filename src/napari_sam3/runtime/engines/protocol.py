@@ -3,12 +3,9 @@ pool of servers' `PoolEngine`. The client, scenes and the panel use only this.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-
-from napari_sam3.runtime.engines.model_config import ModelConfig
+from napari_sam3.runtime.engines.model_config import ModelConfig, OutputNames, Outputs, Tensors
 
 
 @runtime_checkable
@@ -20,12 +17,7 @@ class Engine(Protocol):
     def config(self, model_name: str) -> ModelConfig:
         """A model's parsed config.pbtxt."""
 
-    def infer(
-        self,
-        model_name: str,
-        inputs: Mapping[str, np.ndarray],
-        output_names: Sequence[str] | None = None,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, model_name: str, inputs: Tensors, output_names: OutputNames = None) -> Outputs:
         """One request; the outputs the model answered."""
 
     def statistics(self, model_name: str) -> dict:

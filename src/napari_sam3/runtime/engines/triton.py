@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +35,13 @@ from napari_sam3.core import validate
 
 # the timeouts' defaults live in napari_sam3.client.connection (the CLI, the panel and batch runs use it)
 from napari_sam3.core.errors import Sam3Error
-from napari_sam3.runtime.engines.model_config import ModelConfig, parse_model_config
+from napari_sam3.runtime.engines.model_config import (
+    ModelConfig,
+    OutputNames,
+    Outputs,
+    Tensors,
+    parse_model_config,
+)
 
 # Worth a retry: the request never reached a model (refused, reset, overloaded). A try that ran
 # out of time is not retried: the server may still be working on it.
@@ -278,12 +284,7 @@ class TritonEngine:
         with self._lock:
             self._configs.clear()
 
-    def infer(
-        self,
-        model_name: str,
-        inputs: Mapping[str, np.ndarray],
-        output_names: Sequence[str] | None = None,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, model_name: str, inputs: Tensors, output_names: OutputNames = None) -> Outputs:
         if output_names is None:
             output_names = [o.name for o in self.config(model_name).outputs]
         triton_inputs = []
