@@ -117,7 +117,7 @@ def bench_clicks(decoder, features, s: int, clicks: int, clock=time.perf_counter
 
 class GridDecode:
     """`decode` for `generate_masks`: chunks padded to the grid graph's static batch (what the
-    `sam3_interactive` model does on the server and in the embedded engine)."""
+    `sam3_cached` model's interactive op does on the server and in the embedded engine)."""
 
     def __init__(self, grid: ort.InferenceSession, features: dict) -> None:
         self.grid, self.features = grid, features

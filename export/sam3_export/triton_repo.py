@@ -11,8 +11,8 @@
   `flavor="openvino"` serves them with Triton's own OpenVINO backend (`backend: "openvino"`,
   `model.onnx`, CPU), bf16 hinted on the graphs `onnx_runner.BF16_GRAPHS` lists (OpenVINO
   uses the hint only on CPUs with native bf16);
-- the Python models `sam3_postprocess`, `sam3_multi`, `sam3_interactive` and `sam3_cached` (the
-  feature cache in front of every head, which the client uses): a generic adapter as
+- the Python models `sam3_postprocess`, `sam3_multi` and `sam3_cached` (the one feature cache,
+  in front of every head that needs image features: grounding, concepts, clicks, the point grid): a generic adapter as
   `model.py`, beside verbatim copies of their logic modules from `napari_sam3.runtime`
   (and `rle.py`, `contract.py`), so that server and embedded engine run the same code;
 - the ensembles `sam3_segment`, `sam3_concept`, `sam3_segment_concept`, carrying the manifest.
@@ -306,8 +306,6 @@ def write_repository(
     _python_model(out_dir / contract.MULTI, multi, "multi", ("cached",))
     written.append(contract.MULTI)
 
-    if contract.PVS_DECODER in sig:
-        written.append(_interactive(out_dir, sig, manifest, params))
     written.append(_cached(out_dir, sig, manifest, options))
     return written
 
@@ -375,45 +373,3 @@ def _cached(out_dir: Path, sig: dict, manifest: contract.Manifest, options: list
     _instances(config, "KIND_CPU")  # ONE instance: a second would hold a second cache
     _python_model(out_dir / contract.CACHED, config, "cached")
     return contract.CACHED
-
-
-def _interactive(out_dir: Path, sig: dict, manifest: contract.Manifest, params: dict) -> str:
-    enc_in, _ = sig[contract.ENCODER]
-    pvs_in, pvs_out = sig[contract.PVS_DECODER]
-    prompts = [e for e in pvs_in if e[0] in contract.PVS_PROMPTS]
-    grid_in, grid_out = sig.get(contract.PVS_GRID_DECODER, sig[contract.PVS_DECODER])
-    grid_batch = dict((n, d) for n, _, d in grid_in)[contract.PVS_POINT_COORDS][0]
-    points = dict((n, d) for n, _, d in grid_in)[contract.PVS_POINT_COORDS][1]
-    masks_dims = dict((n, d) for n, _, d in pvs_out)[contract.PVS_DECODER_MASKS]
-    inputs = (
-        [(contract.IMAGE_ID, "TYPE_STRING", [1])]
-        + enc_in
-        + prompts
-        + [
-            (contract.PVS_GRID_COORDS, "TYPE_FP32", [-1, points, 2]),
-            (contract.PVS_GRID_LABELS, "TYPE_FP32", [-1, points]),
-        ]
-    )
-    optional = [n for n, _, _ in inputs if n != contract.IMAGE_ID]
-    outputs = [
-        (contract.PVS_IOU, "TYPE_FP32", [-1, 3]),
-        (contract.PVS_LOW_RES, "TYPE_FP32", [-1, 3, -1, -1]),
-        (contract.MASKS_RLE, "TYPE_UINT8", [-1]),
-        (contract.PVS_GRID_LOW_RES, "TYPE_FP32", [-1, 3, -1, -1]),
-        (contract.PVS_GRID_IOU, "TYPE_FP32", [-1, 3]),
-    ]
-    config = _config(contract.INTERACTIVE, inputs, outputs, optional)
-    _set_parameters(
-        config,
-        {
-            **params,
-            "grid_batch": grid_batch,
-            "low_res_size": masks_dims[-1],
-            "cache_bytes": cached_logic.DEFAULT_CACHE_BYTES,
-            "cache_ttl_s": 900,
-            contract.MANIFEST_PARAMETER: _manifest_json(manifest),
-        },
-    )
-    _instances(config, "KIND_CPU")
-    _python_model(out_dir / contract.INTERACTIVE, config, "interactive", ("cached",))
-    return contract.INTERACTIVE

@@ -128,7 +128,7 @@ def test_grounding_only_checkpoint(tmp_path, eager, ort_repo, images, capsys):
     assert not manifest.interactive_head
     assert manifest.pvs_points is None
     assert not contract.graph_path(out, contract.PVS_DECODER).exists()
-    assert not (out / contract.INTERACTIVE).exists()
+    assert not (out / contract.PVS_DECODER).exists()
 
     # the grounding graph gives the full export's outputs
     results = []

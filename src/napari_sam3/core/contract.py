@@ -55,7 +55,6 @@ SEGMENT = "sam3_segment"
 SEGMENT_CONCEPT = "sam3_segment_concept"
 CONCEPT = "sam3_concept"
 MULTI = "sam3_multi"
-INTERACTIVE = "sam3_interactive"
 # The one model in front of the heads that holds every image's vision features (and recent raw
 # decoder outputs); its logic is napari_sam3.runtime.cached.
 CACHED = "sam3_cached"
@@ -97,7 +96,7 @@ KEYWORD_COUNTS = "keyword_counts"
 RESULT_OUTPUTS = (SCORES, BOXES, MASKS_RLE)
 MULTI_OUTPUTS = (*RESULT_OUTPUTS, KEYWORD_COUNTS)
 
-# -- interactive (PVS) decoder and the `sam3_interactive` model. The graphs come from
+# -- interactive (PVS) decoder and the interactive ops of `sam3_cached`. The graphs come from
 # sam3_export.graphs.pvs_decoder (its module docstring describes the prompt semantics).
 PVS_POINTS = 16  # point slots per prompt (the official tracker caps prompts at 16 points)
 PVS_GRID_BATCH = 4  # prompts per grid call (full size, 1 thread: 75 CPU-ms/prompt at 4, 88 at 16)
