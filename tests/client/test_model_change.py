@@ -119,8 +119,21 @@ def switch(server, tiny_repository, other_repository):
 
 
 def _cached_runs(client) -> int:
-    stats = client.engine.statistics(contract.CACHED)["model_stats"]
-    return sum(int(s.get("execution_count", 0)) for s in stats)
+    """sam3_cached's executions on the server, once Triton's statistics stop moving (it counts
+    a request a moment after answering it)."""
+
+    def runs() -> int:
+        stats = client.engine.statistics(contract.CACHED)["model_stats"]
+        return sum(int(s.get("execution_count", 0)) for s in stats)
+
+    seen, deadline = runs(), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = runs()
+        if now == seen:
+            return now
+        seen = now
+    return seen
 
 
 def _image(s2_crop):
