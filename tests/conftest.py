@@ -96,7 +96,7 @@ class ServeProcess:
         self.lines: list[str] = []
         self._queue: queue.Queue[str] = queue.Queue()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
+            [sys.executable, "-m", "napari_sam3.serving.command", *map(str, args)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -18,7 +18,7 @@ def test_client_side_never_imports_torch():
         "napari_sam3.client.sam3",
         "napari_sam3.scene",
         "napari_sam3.gis.vector",
-        "napari_sam3.serving.server",
+        "napari_sam3.serving.command",
         "napari_sam3.cli",
         "napari_sam3.runtime.engines.triton",
         "napari_sam3.client.automatic",
@@ -68,7 +68,7 @@ def test_wheel_ships_the_manifest_as_a_file(tmp_path):
     assert manifest == yaml.safe_load((ROOT / "napari.yaml").read_text())
     assert manifest["name"] == "napari-sam3"
     assert "napari_sam3/data/bpe_simple_vocab_16e6.txt.gz" in names
-    assert "napari_sam3/triton_models/triton_adapter.py" in names
+    assert "napari_sam3/runtime/triton_adapter.py" in names
     assert "napari-sam3 = napari_sam3:napari.yaml" in entry_points
     assert not any(n.startswith(("torch", "sam3_export")) for n in names)
 

@@ -116,7 +116,7 @@ def test_notebook_asserts_on_its_outputs(path: Path):
 def test_notebook_runs(path: Path, notebook_models: Path, tmp_path: Path):
     if _uses(path, "napari") and not os.environ.get("DISPLAY"):
         pytest.skip("needs a display for napari (pytest-xvfb provides one)")
-    if _uses(path, "napari_sam3.serving.server") and not (
+    if _uses(path, "napari_sam3.serving.command") and not (
         shutil.which("tritonserver") or importlib.util.find_spec("pytriton")
     ):
         pytest.skip("needs tritonserver (on PATH, or the CPU build in nvidia-pytriton)")

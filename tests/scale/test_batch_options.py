@@ -161,7 +161,7 @@ def tls_server(tiny_repository, certs):
     """`sam3-serve` with mutual TLS: a client needs the test CA and a certificate it signed."""
     grpc = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "napari_sam3.serving.server", str(tiny_repository), "--grpc-port",
+        [sys.executable, "-m", "napari_sam3.serving.command", str(tiny_repository), "--grpc-port",
          str(grpc), "--http-port", str(free_port()), "--tls-cert", str(certs / "server.pem"),
          "--tls-key", str(certs / "server.key"), "--tls-root-cert", str(certs / "ca.pem")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

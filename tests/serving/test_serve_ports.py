@@ -16,7 +16,7 @@ from napari_sam3.serving.server import TritonServer
 
 def _serve(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
+        [sys.executable, "-m", "napari_sam3.serving.command", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -21,7 +21,7 @@ HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spe
 
 def _serve(*args, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
+        [sys.executable, "-m", "napari_sam3.serving.command", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -112,7 +112,7 @@ def test_mutual_tls_requires_a_client_certificate(sam3_serve, tiny_repository, c
 
 def _serve(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "napari_sam3.serving.server", *map(str, args)],
+        [sys.executable, "-m", "napari_sam3.serving.command", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,

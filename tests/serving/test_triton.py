@@ -304,7 +304,7 @@ def test_sam3_serve_command_starts_and_stops_cleanly(tiny_repository, tmp_path):
         [
             sys.executable,
             "-m",
-            "napari_sam3.serving.server",
+            "napari_sam3.serving.command",
             str(repository),
             "--grpc-port",
             str(grpc),
