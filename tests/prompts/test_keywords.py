@@ -29,7 +29,7 @@ def test_parse_keywords_refuses_a_list():
 
 
 def test_widgets_use_the_shared_parser():
-    from napari_sam3.plugin.widgets import multi, scene
+    from napari_sam3.plugin.widgets import scene, text
 
-    assert multi.parse_keywords is parse_keywords
+    assert text.parse_keywords is parse_keywords
     assert scene.parse_keywords is parse_keywords

@@ -49,6 +49,7 @@ class StubClient:
     image_size = 64
     model_id = "stub"
     manifest = types.SimpleNamespace(max_keywords=4)
+    engine = types.SimpleNamespace(concurrency=lambda: 1)  # the Engine member scenes read
 
     def __init__(self, full_tile: bool = False) -> None:
         self.full_tile = full_tile
