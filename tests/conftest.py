@@ -214,3 +214,29 @@ def any_host(request, monkeypatch):
     chosen = HOSTS[request.param]
     monkeypatch.setattr(host, "detect", lambda: chosen)
     return chosen
+
+
+@pytest.fixture(scope="module")  # stopped after each module that uses it
+def tls_server(tiny_repository, certs):
+    """`sam3-serve` with mutual TLS: a client needs the test CA and a certificate it signed."""
+    import subprocess
+    import sys
+
+    from napari_sam3.serving.ports import free_port
+
+    grpc = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "napari_sam3.serving.command", str(tiny_repository), "--grpc-port",
+         str(grpc), "--http-port", str(free_port()), "--tls-cert", str(certs / "server.pem"),
+         "--tls-key", str(certs / "server.key"), "--tls-root-cert", str(certs / "ca.pem")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        lines = [process.stdout.readline()]
+        while lines[-1] and "ready on grpc+tls" not in lines[-1]:
+            lines.append(process.stdout.readline())
+        assert "ready on grpc+tls" in lines[-1], "".join(lines)
+        yield f"127.0.0.1:{grpc}"
+    finally:
+        process.terminate()
+        process.wait(60)

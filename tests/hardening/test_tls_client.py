@@ -24,27 +24,6 @@ needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or
 pytestmark = needs_server
 
 
-@pytest.fixture(scope="module")
-def tls_server(tiny_repository, certs):
-    """`sam3-serve` with mutual TLS (clients need a certificate signed by the test CA)."""
-    grpc = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "napari_sam3.serving.command", str(tiny_repository), "--grpc-port",
-         str(grpc), "--http-port", str(free_port()), "--tls-cert", str(certs / "server.pem"),
-         "--tls-key", str(certs / "server.key"), "--tls-root-cert", str(certs / "ca.pem")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        lines = [process.stdout.readline()]
-        while lines[-1] and "ready on grpc+tls" not in lines[-1]:
-            lines.append(process.stdout.readline())
-        assert "ready on grpc+tls" in lines[-1], "".join(lines)
-        yield f"127.0.0.1:{grpc}"
-    finally:
-        process.terminate()
-        process.wait(60)
-
-
 def test_segment_over_mutual_tls_equals_the_embedded_engine(tls_server, certs, local_client):
     image = np.random.default_rng(3).integers(0, 256, (80, 96, 3), np.uint8)
     with Sam3Client(

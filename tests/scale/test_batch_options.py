@@ -16,8 +16,6 @@ from __future__ import annotations
 import importlib.util
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import geopandas as gpd
@@ -32,7 +30,6 @@ from napari_sam3.cli import _batch_plan, _scene_inputs, build_parser, main
 from napari_sam3.client.connection import OPTIONS, ConnectionSpec
 from napari_sam3.imagery.raster import read_raster
 from napari_sam3.prompts.concept import Concept
-from napari_sam3.serving.ports import free_port
 
 from .conftest import write_geotiff
 
@@ -154,27 +151,6 @@ def test_serial_workers_and_a_dask_cluster_give_identical_layers(
     other = [moved if a == exemplars["plain"] else a for a in common]
     code = main(["segment", *map(str, other), "--out", str(tmp_path / "workers"), "--resume"])
     assert code == 2 and "journal does not show it finished" in capsys.readouterr().err
-
-
-@pytest.fixture(scope="module")
-def tls_server(tiny_repository, certs):
-    """`sam3-serve` with mutual TLS: a client needs the test CA and a certificate it signed."""
-    grpc = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "napari_sam3.serving.command", str(tiny_repository), "--grpc-port",
-         str(grpc), "--http-port", str(free_port()), "--tls-cert", str(certs / "server.pem"),
-         "--tls-key", str(certs / "server.key"), "--tls-root-cert", str(certs / "ca.pem")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        lines = [process.stdout.readline()]
-        while lines[-1] and "ready on grpc+tls" not in lines[-1]:
-            lines.append(process.stdout.readline())
-        assert "ready on grpc+tls" in lines[-1], "".join(lines)
-        yield f"127.0.0.1:{grpc}"
-    finally:
-        process.terminate()
-        process.wait(60)
 
 
 def _tls(certs: Path, tls_server: str) -> list:
