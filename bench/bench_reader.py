@@ -96,7 +96,7 @@ def _peak_mb() -> float:
 def run_lazy(path: str) -> dict:
     import numpy as np
 
-    from napari_sam3.plugin import io as napari_io
+    from napari_sam3.plugin import reader as napari_io
 
     import_base = _rss_mb()
     cpu, t0 = time.process_time(), time.perf_counter()
@@ -138,7 +138,7 @@ def run_lazy(path: str) -> dict:
 
 def run_eager(path: str) -> dict:
     from napari_sam3.imagery.raster import read_raster
-    from napari_sam3.plugin.io import raster_layers
+    from napari_sam3.plugin.reader import raster_layers
 
     import_base = _rss_mb()
     cpu, t0 = time.process_time(), time.perf_counter()

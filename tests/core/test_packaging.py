@@ -22,7 +22,9 @@ def test_client_side_never_imports_torch():
         "napari_sam3.cli",
         "napari_sam3.runtime.engines.triton",
         "napari_sam3.client.automatic",
-        "napari_sam3.plugin.io",
+        "napari_sam3.plugin.reader",
+        "napari_sam3.plugin.writers",
+        "napari_sam3.plugin.vector_reader",
     ]
     code = (
         "import importlib, sys\n"

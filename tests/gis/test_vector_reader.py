@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import rasterio
 
-from napari_sam3.plugin import io as napari_io
+from napari_sam3.plugin import vector_reader as napari_io
 from napari_sam3.prompts import vector as vp
 
 from .conftest import UTM21

@@ -10,7 +10,7 @@ from napari_sam3.client.results import FrameMask
 from napari_sam3.imagery.letterbox import Letterbox
 from napari_sam3.masks import ArrayMask, RleMask, as_mask, dedup_masks, paint_labels, score_order
 from napari_sam3.masks.paint import paint_frame
-from napari_sam3.plugin.io import LabelMask
+from napari_sam3.plugin.writers import LabelMask
 from napari_sam3.scene import SceneMask
 
 SHAPE = (23, 17)

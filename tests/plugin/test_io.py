@@ -31,7 +31,7 @@ def test_manifest_is_valid_and_imports():
 
 
 def test_reader_declines_other_files():
-    from napari_sam3.plugin.io import get_reader
+    from napari_sam3.plugin.reader import get_reader
 
     assert get_reader("photo.png") is None
     assert get_reader(["a.jp2", "notes.txt"]) is None
@@ -105,7 +105,7 @@ def test_stacked_bands_open_as_true_colour(make_napari_viewer, s2_rgb_files):
 
 def _result_layer(viewer, image):
     """A labels layer as the widgets make it: the image's grid and georeferencing, features."""
-    from napari_sam3.plugin.io import crop_metadata
+    from napari_sam3.plugin.georef import crop_metadata
     from napari_sam3.plugin.widgets._layers import placement
 
     labels = np.zeros(image.data.shape, np.int32)

@@ -128,7 +128,7 @@ def _stack_viewer(count: int = 4):
     from rasterio.transform import Affine
 
     from napari_sam3.imagery.raster import Raster
-    from napari_sam3.plugin.io import raster_layers
+    from napari_sam3.plugin.reader import raster_layers
 
     rng = np.random.default_rng(1)
     data = rng.integers(0, 4096, (count, 40, 60), dtype=np.uint16)

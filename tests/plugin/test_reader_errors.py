@@ -64,7 +64,7 @@ def test_text_file_named_tif_is_a_notification(make_napari_viewer, tmp_path):
 
 
 def test_library_read_raises_a_clear_error(tmp_path):
-    from napari_sam3.plugin.io import read_layers
+    from napari_sam3.plugin.reader import read_layers
 
     path = tmp_path / "notes.tif"
     path.write_text("not a raster")
@@ -78,7 +78,7 @@ def test_damaged_blocks_show_as_nodata_and_are_refused_for_the_model(tmp_path):
     from napari.components import ViewerModel
     from napari.layers import Layer
 
-    from napari_sam3.plugin.io import read_layers
+    from napari_sam3.plugin.reader import read_layers
     from napari_sam3.plugin.widgets import _layers
 
     path, data = _geotiff(tmp_path / "scene.tif", 4600, 4600)

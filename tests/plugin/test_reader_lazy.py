@@ -86,7 +86,7 @@ def test_large_file_is_multiscale_dask_levels_of_the_file(big_band):
     from rasterio.enums import Resampling
     from rasterio.windows import Window
 
-    from napari_sam3.plugin.io import read_layers
+    from napari_sam3.plugin.reader import read_layers
 
     path, full = big_band
     ((levels, kwargs, kind),) = read_layers(str(path))
@@ -115,7 +115,7 @@ def test_large_file_is_multiscale_dask_levels_of_the_file(big_band):
 
 def test_large_stack_keeps_the_layout_and_georeferencing_of_a_whole_read(big_rgb_stack):
     from napari_sam3.imagery.raster import read_raster
-    from napari_sam3.plugin.io import raster_layers, read_layers
+    from napari_sam3.plugin.reader import raster_layers, read_layers
 
     path, data = big_rgb_stack
     lazy = read_layers(str(path))
@@ -150,7 +150,7 @@ def test_large_stack_keeps_the_layout_and_georeferencing_of_a_whole_read(big_rgb
 def test_overviews_are_used_as_levels(tmp_path):
     import rasterio
 
-    from napari_sam3.plugin.io import read_layers
+    from napari_sam3.plugin.reader import read_layers
 
     data = _pattern(1, 4608, 4608, seed=2)
     path = _write(tmp_path / "ovr.tif", data, overviews=[2, 4, 8])
@@ -163,7 +163,7 @@ def test_overviews_are_used_as_levels(tmp_path):
 
 
 def test_small_files_are_still_read_whole(tmp_path):
-    from napari_sam3.plugin.io import read_layers
+    from napari_sam3.plugin.reader import read_layers
 
     data = _pattern(2, 1000, 3000)
     ((first, kwargs, _), _) = read_layers(str(_write(tmp_path / "small.tif", data)))
@@ -277,7 +277,7 @@ def _region(viewer, image, r0, c0, r1, c1):
 
 
 def test_large_uint8_rgb_is_one_multiscale_rgb_layer(tmp_path):
-    from napari_sam3.plugin.io import read_layers
+    from napari_sam3.plugin.reader import read_layers
     from napari_sam3.plugin.widgets import _layers
 
     data = (_pattern(3, 4200, 4300, seed=3) % 256).astype(np.uint8)
@@ -298,7 +298,7 @@ def test_large_uint8_rgb_is_one_multiscale_rgb_layer(tmp_path):
 
 def test_large_stack_of_single_band_files(tmp_path):
     """Sentinel-2 style: one file per band, stacked; each file keeps its own reads."""
-    from napari_sam3.plugin.io import read_layers
+    from napari_sam3.plugin.reader import read_layers
     from napari_sam3.plugin.widgets import _layers
 
     data = _pattern(3, 4200, 4200, seed=4)

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from napari_sam3.imagery.bands import parse_bands, resolve_bands
-from napari_sam3.plugin.io import METADATA_VERSION, SAM3_KEY, crop_metadata
+from napari_sam3.plugin.georef import crop_metadata
+from napari_sam3.plugin.reader import METADATA_VERSION, SAM3_KEY
 
 FEATURE_COLUMNS = ["index", "score", "keyword", "prompt_kind", "area", "source"]
 POSITIVE = "positive"  # the bool feature telling positive from negative boxes and clicks

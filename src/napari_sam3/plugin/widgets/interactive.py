@@ -16,7 +16,7 @@ from magicgui.widgets import CheckBox, Label, PushButton, RadioButtons, SpinBox
 from napari.layers import Labels, Points, Shapes
 from napari.utils.events import Event
 
-from napari_sam3.plugin.io import crop_metadata
+from napari_sam3.plugin.georef import crop_metadata
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import (
     Sam3Widget,

@@ -140,7 +140,7 @@ def merge_objects(layer, ids, target, overwrite: bool = False) -> list[int]:
         objects.append((rr + r0, cc + c0, {**info, "source": info.get("source", layer.name)}))
     georeference = None
     if "transform" in layer.metadata:
-        from napari_sam3.plugin.io import crop_metadata
+        from napari_sam3.plugin.georef import crop_metadata
 
         georeference = crop_metadata(layer.metadata, -r0, -c0)
     painted = _layers.paint_new_labels(target, objects, overwrite, georeference)

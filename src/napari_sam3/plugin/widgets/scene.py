@@ -17,7 +17,7 @@ from magicgui.widgets import FileEdit, LineEdit, PushButton, SpinBox
 from napari.layers import Image
 
 from napari_sam3.imagery.bands import parse_bands
-from napari_sam3.plugin.io import affine_list, crop_metadata, transform_kwargs
+from napari_sam3.plugin.georef import affine_list, crop_metadata, transform_kwargs
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import Sam3Widget, layer_combo, reports_errors
 from napari_sam3.plugin.widgets._fields import add_threshold_fields, bands_field, thresholds
