@@ -205,15 +205,26 @@ def hosts():
     return dict(HOSTS)
 
 
-@pytest.fixture(params=sorted(HOSTS))
-def any_host(request, monkeypatch):
-    """Runs the test once as an AVX2-only machine and once as a native-bf16 one: every
-    decision that reads `host.detect()` sees that machine (compiling still happens on this one)."""
+def _as_host(monkeypatch, name: str):
+    """Every decision that reads `host.detect()` sees machine `name` (compiling still happens
+    on this one)."""
     from napari_sam3.runtime import host
 
-    chosen = HOSTS[request.param]
+    chosen = HOSTS[name]
     monkeypatch.setattr(host, "detect", lambda: chosen)
     return chosen
+
+
+@pytest.fixture(params=sorted(HOSTS))
+def any_host(request, monkeypatch):
+    """Runs the test once as an AVX2-only machine and once as a native-bf16 one."""
+    return _as_host(monkeypatch, request.param)
+
+
+@pytest.fixture
+def avx2_host(monkeypatch):
+    """The test runs as an AVX2-only machine (no native bf16), whatever this CPU is."""
+    return _as_host(monkeypatch, "avx2")
 
 
 @pytest.fixture(scope="module")  # stopped after each module that uses it

@@ -30,12 +30,9 @@ def test_runtime_choice_is_used_shown_and_remembered(make_napari_viewer, sam3_re
 
 
 def test_bf16_on_a_cpu_without_it_is_reported_not_downgraded(
-    make_napari_viewer, sam3_repository, ui, hosts, monkeypatch
+    make_napari_viewer, sam3_repository, ui, avx2_host
 ):
     from napari_sam3.plugin.widgets import ConnectionWidget
-    from napari_sam3.runtime import host
-
-    monkeypatch.setattr(host, "detect", lambda: hosts["avx2"])
     from napari_sam3.plugin.widgets._common import STATE
 
     widget = ConnectionWidget(make_napari_viewer())

@@ -17,10 +17,7 @@ def test_info_says_what_runs_the_graphs(tiny_repository, capsys):
     assert err.count("ONNX Runtime runs fp32") == 1  # each reason once
 
 
-def test_bf16_without_native_support_is_a_clear_error(tiny_repository, capsys, hosts, monkeypatch):
-    from napari_sam3.runtime import host
-
-    monkeypatch.setattr(host, "detect", lambda: hosts["avx2"])
+def test_bf16_without_native_support_is_a_clear_error(tiny_repository, capsys, avx2_host):
     code = main(["info", "--models", str(tiny_repository), "--precision", "bf16"])
     _, err = capsys.readouterr()
     assert code != 0 and "silently compute fp32" in err and "Traceback" not in err

@@ -120,13 +120,8 @@ def test_the_default_cache_lies_in_the_users_cache_folder(monkeypatch, tmp_path)
     assert R.default_cache_dir() == tmp_path / "napari-sam3" / "openvino"
 
 
-def test_explicit_bf16_is_refused_on_a_cpu_without_it(
-    tiny_repository, tmp_path, hosts, monkeypatch
-):
-    from napari_sam3.runtime import host
-
-    monkeypatch.setattr(host, "detect", lambda: hosts["avx2"])
-    why = hosts["avx2"].native_bf16()[1]
+def test_explicit_bf16_is_refused_on_a_cpu_without_it(tiny_repository, tmp_path, avx2_host):
+    why = avx2_host.native_bf16()[1]
     with pytest.raises(R.PrecisionUnavailable, match="silently compute fp32") as info:
         R.make_runner(contract.graph_path(tiny_repository, contract.TEXT), "openvino", "bf16")
     assert why in str(info.value)

@@ -7,7 +7,7 @@ embedded runtime) reaches every client of a run. A spec is frozen, hashable and 
 travels to worker processes, which keep one client per spec.
 
 The defaults of the timeouts, the runtime and precision names (from
-``triton_models/onnx_runner.py``) and the option names of the command line live here; the check
+``runtime/onnx_runner.py``) and the option names of the command line live here; the check
 of a number of seconds is ``validate.seconds``.
 """
 

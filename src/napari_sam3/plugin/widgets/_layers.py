@@ -33,7 +33,7 @@ class ModelImage:
     layer: Any  # the image layer results are placed against
     offset: tuple[int, int]  # (row, col) of the crop's pixel 0 in the layer
     shape: tuple[int, int]  # (rows, cols) of the crop
-    metadata: dict[str, Any]  # georeferencing of the crop (napari_io conventions)
+    metadata: dict[str, Any]  # georeferencing of the crop (plugin/georef.py conventions)
     stats: Any = None  # napari_sam3.imagery.stretch.StretchStats shown on screen, when known
     description: str = ""
     bands: list = field(default_factory=list)

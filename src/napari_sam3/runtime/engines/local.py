@@ -29,7 +29,7 @@ class LocalEngine:
     """In-process runner of a model repository written by `sam3-export`.
 
     `runtime` ("openvino", "onnxruntime" or "auto") and `precision` ("fp32", "bf16" or "auto")
-    choose how its ONNX graphs run (`triton_models.onnx_runner.choose`); `choices` says, per
+    choose how its ONNX graphs run (`runtime.onnx_runner.choose`); `choices` says, per
     graph, what was picked and why.
     """
 

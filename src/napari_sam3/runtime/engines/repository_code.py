@@ -1,6 +1,6 @@
 """Whether a repository's copy of the model code is this napari-sam3's.
 
-`sam3-export` copies the Python models' logic (napari_sam3/triton_models, contract.py,
+`sam3-export` copies the Python models' logic (napari_sam3/runtime, core/contract.py,
 masks/rle.py) into the repository, because Triton's Python backend runs it from there. A
 repository written by another version holds other code: the embedded engine (which runs the
 package's own modules) and a server on that repository would then disagree. `sam3-serve` refuses
