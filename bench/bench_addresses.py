@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import tiny_repository  # noqa: E402
 
+from napari_sam3.client.connection import Timeouts  # noqa: E402
 from napari_sam3.core import contract  # noqa: E402
 from napari_sam3.prompts.tokenizer import tokenize  # noqa: E402
 from napari_sam3.runtime.engines.triton import TritonEngine  # noqa: E402
@@ -51,7 +52,7 @@ def main() -> None:
         }
         print(f"{'address':<22} {'target':<40} {'live ms':>8} {'text ms':>8}")
         for label, address in addresses.items():
-            with TritonEngine(address.split(","), connect_timeout=30) as engine:
+            with TritonEngine(address.split(","), Timeouts(connect=30)) as engine:
                 live = median_ms(lambda e=engine: e.is_live(), args.calls)
                 text = median_ms(
                     lambda e=engine: e.infer(contract.TEXT, tokens, [contract.TEXT_FEATURES]),

@@ -15,12 +15,14 @@ import pytest
 
 from napari_sam3 import Sam3Client
 from napari_sam3.client.connection import (
+    DEADLINE_FACTOR,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
     PRECISION_CHOICES,
     RUNTIME_CHOICES,
     ConnectionSpec,
+    Timeouts,
 )
 from napari_sam3.plugin.settings import (
     ConnectionSettings,
@@ -103,12 +105,16 @@ def test_bad_specs_say_what_to_give(fields, message):
 def test_defaults_names_and_the_seconds_check_have_one_home():
     names = {"connect_timeout": DEFAULT_CONNECT_TIMEOUT, "request_timeout": DEFAULT_REQUEST_TIMEOUT,
              "liveness_timeout": DEFAULT_LIVENESS_TIMEOUT}  # fmt: skip
-    for made in (Sam3Client.__init__, TritonEngine.__init__, PoolEngine.__init__, ConnectionSpec,
-                 ConnectionSettings):  # fmt: skip
+    for made in (Sam3Client.__init__, ConnectionSpec, ConnectionSettings):
         parameters = inspect.signature(made).parameters
         for name, value in names.items():
             if name in parameters:
                 assert parameters[name].default == value, (made, name)
+    # the engines take one Timeouts, whose defaults are the same
+    for made in (TritonEngine.__init__, PoolEngine.__init__):
+        assert inspect.signature(made).parameters["timeouts"].default is None
+    defaults = Timeouts()
+    assert (defaults.connect, defaults.request, defaults.liveness) == tuple(names.values())
     assert RUNTIME_CHOICES == (onnx_runner.AUTO, *onnx_runner.RUNTIMES)
     assert PRECISION_CHOICES == (onnx_runner.AUTO, *onnx_runner.PRECISIONS)
     for bad in ({"connect_timeout": 0}, {"request_timeout": "600"}, {"deadline": 0}):
@@ -137,3 +143,13 @@ def test_connect_passes_the_timeouts_and_the_deadline(triton_server):
     with pool.connect() as client:
         members = [m.engine for m in client.engine._members if m.engine is not None]
         assert members and {(e.request_timeout, e.deadline) for e in members} == {(40.0, 50.0)}
+
+
+def test_timeouts_are_checked_once_and_give_the_deadline():
+    assert Timeouts(request=20).total == DEADLINE_FACTOR * 20
+    assert Timeouts(request=20, deadline=25).total == 25
+    for bad in ({"connect": 0}, {"request": -1}, {"liveness": float("nan")}, {"deadline": "5"}):
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            Timeouts(**bad)
+    with pytest.raises(ValueError, match="retries"):
+        Timeouts(retries=-1)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from napari_sam3 import Sam3Client
+from napari_sam3.client.connection import Timeouts
 from napari_sam3.core import contract
 from napari_sam3.prompts.tokenizer import tokenize
 from napari_sam3.runtime.engines import triton as triton_engine
@@ -53,7 +54,7 @@ def test_a_dead_address_beside_a_live_one_costs_no_retry(triton_server, monkeypa
     tokens = {contract.TOKEN_IDS: tokenize("building")}
     expected = None
     # One channel over both addresses (as a name resolving to a refusing and a live address).
-    engine = TritonEngine([dead, live], connect_timeout=30)
+    engine = TritonEngine([dead, live], Timeouts(connect=30))
     assert engine.target == f"ipv4:{dead},{live}"
     localhost = Sam3Client(f"localhost:{live.rsplit(':', 1)[1]}", connect_timeout=30)
     assert localhost.engine.target.startswith("dns:///localhost:")

@@ -125,7 +125,7 @@ def test_bad_tls_input_is_refused_in_one_line(tiny_repository, certs, tmp_path):
     ports = ("--grpc-port", free_port(), "--http-port", free_port())
     cases = [
         (("--tls-cert", certs / "server.pem"), "--tls-cert and --tls-key together"),
-        (("--tls-cert", tmp_path / "nope.pem", "--tls-key", certs / "server.key"), "is not a file"),
+        (("--tls-cert", tmp_path / "nope.pem", "--tls-key", certs / "server.key"), "no file at"),
         (("--tls-cert", certs / "server.pem", "--tls-key", not_pem), "not a PEM file"),
         (("--tls-root-cert", certs / "ca.pem"), "--tls-root-cert needs --tls-cert"),
     ]

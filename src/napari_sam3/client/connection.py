@@ -30,6 +30,7 @@ __all__ = [
     "PRECISION_CHOICES",
     "RUNTIME_CHOICES",
     "ConnectionSpec",
+    "Timeouts",
     "check_embedded",
     "check_times",
 ]
@@ -81,6 +82,34 @@ def check_times(
         validate.seconds(_named("request_timeout"), request_timeout),
         None if deadline is None else validate.seconds(_named("deadline"), deadline),
     )
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a Triton client waits, in seconds, and how often it tries again.
+
+    ``connect``: for a ready server; ``request``: the most one request try may take;
+    ``deadline``: all tries of one call together (None: ``DEADLINE_FACTOR`` x ``request``);
+    ``liveness``: a server silent this long while a request runs is given up on.
+    """
+
+    connect: float = DEFAULT_CONNECT_TIMEOUT
+    request: float = DEFAULT_REQUEST_TIMEOUT
+    deadline: float | None = None
+    liveness: float = DEFAULT_LIVENESS_TIMEOUT
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("connect", "request", "liveness"):
+            object.__setattr__(self, name, validate.seconds(f"{name}_timeout", getattr(self, name)))
+        if self.deadline is not None:
+            object.__setattr__(self, "deadline", validate.seconds("deadline", self.deadline))
+        object.__setattr__(self, "retries", validate.integer("retries", self.retries, 0, 100))
+
+    @property
+    def total(self) -> float:
+        """All tries of one call together."""
+        return self.deadline if self.deadline is not None else DEADLINE_FACTOR * self.request
 
 
 def check_embedded(

@@ -21,6 +21,7 @@ from napari_sam3.client.connection import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
+    Timeouts,
 )
 from napari_sam3.client.image import ImageHandle
 from napari_sam3.client.results import decode_answer, detections_frame, empty_result, max_detections
@@ -86,27 +87,19 @@ class Sam3Client:
         is the CA file to trust (default: the system's), `private_key` and
         `certificate_chain` the client's certificate where the server asks for one.
         """
+        from napari_sam3.runtime.engines.pool import PoolEngine, split_addresses
         from napari_sam3.runtime.engines.triton import TlsOptions, TritonEngine
 
         given = (root_certificates, private_key, certificate_chain)
         if not tls and any(v is not None for v in given):
             raise ValueError("certificate files are for TLS: pass tls=True with them")
-        from napari_sam3.runtime.engines.pool import PoolEngine, split_addresses
-
-        options = {
-            "liveness_timeout": liveness_timeout,
-            "deadline": deadline,
-            "tls": TlsOptions(*given) if tls else None,
-        }
+        timeouts = Timeouts(connect_timeout, request_timeout, deadline, liveness_timeout, retries)
+        tls_options = TlsOptions(*given) if tls else None
         addresses = split_addresses(address)
         if len(addresses) > 1:  # a pool: requests spread, a dead server's retried elsewhere
-            self.engine = PoolEngine(
-                addresses, connect_timeout, request_timeout, retries, **options
-            )
+            self.engine = PoolEngine(addresses, timeouts, tls=tls_options)
         else:
-            self.engine = TritonEngine(
-                addresses[0], connect_timeout, request_timeout, retries, **options
-            )
+            self.engine = TritonEngine(addresses[0], timeouts, tls=tls_options)
         try:
             self._load_manifest()
         except BaseException:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from napari_sam3.core import contract
+from napari_sam3.core.files import read_small_file
 
 FORMAT = "napari-sam3/concept"
 VERSION = 1
@@ -145,18 +146,8 @@ class Concept:
 
     @classmethod
     def load(cls, path: str | os.PathLike, manifest: contract.Manifest | None = None) -> Concept:
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"no concept file at {path}")
-        if not path.is_file():
-            raise ValueError(f"concept file {path} is not a file")
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ValueError(
-                f"concept file {path} is {size:,} bytes, over the {MAX_FILE_BYTES:,} any concept "
-                "needs: not a napari-sam3 concept file"
-            )
-        return cls.from_bytes(path.read_bytes(), str(path), manifest)
+        data = read_small_file(path, MAX_FILE_BYTES, "concept file")
+        return cls.from_bytes(data, str(path), manifest)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2
 
 from napari_sam3.core import contract
 from napari_sam3.core.errors import RefusedError
+from napari_sam3.core.files import read_small_file
 from napari_sam3.runtime.engines.repository_code import stale_logic, stale_logic_message
 
 # A config.pbtxt with the manifest parameter is ~15 kB at full size; refuse to parse anything huge.
@@ -55,16 +56,13 @@ def _backend(config: model_config_pb2.ModelConfig) -> str:
 
 
 def _read_config(folder: Path) -> model_config_pb2.ModelConfig:
-    path = folder / "config.pbtxt"
-    if not path.is_file():
-        raise RepositoryError(f"model {folder.name}: no config.pbtxt in {folder}")
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise RepositoryError(
-            f"model {folder.name}: config.pbtxt is {size:,} bytes (at most {MAX_CONFIG_BYTES:,})"
-        )
+    what = f"model {folder.name}: config.pbtxt"
     try:
-        return text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+        data = read_small_file(folder / "config.pbtxt", MAX_CONFIG_BYTES, what, RepositoryError)
+    except FileNotFoundError:
+        raise RepositoryError(f"{what}: none in {folder}") from None
+    try:
+        return text_format.Parse(data.decode("utf-8"), model_config_pb2.ModelConfig())
     except (text_format.ParseError, UnicodeDecodeError) as error:
         raise RepositoryError(
             f"model {folder.name}: config.pbtxt does not parse ({error}); re-export with sam3-export"

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from napari_sam3.core.files import read_pem
 from napari_sam3.serving.ports import is_loopback
-
-MAX_PEM_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -26,18 +25,10 @@ class TlsFiles:
         ):
             if path is None:
                 continue
-            if not Path(path).is_file():
-                raise ValueError(f"TLS {what} {path} is not a file")
-            if Path(path).stat().st_size > MAX_PEM_BYTES:
-                raise ValueError(
-                    f"TLS {what} {path} is over {MAX_PEM_BYTES:,} bytes: not a PEM file"
-                )
             try:
-                text = Path(path).read_text(encoding="ascii")
-            except (UnicodeDecodeError, OSError) as error:
-                raise ValueError(f"TLS {what} {path} is not a PEM file ({error})") from None
-            if marker not in text:
-                raise ValueError(f"TLS {what} {path} is not a PEM file (no {marker.strip('-')})")
+                read_pem(path, what, marker)
+            except FileNotFoundError as error:  # the command reports a ValueError as a refusal
+                raise ValueError(str(error)) from None
 
     def triton_args(self) -> list[str]:
         args = [

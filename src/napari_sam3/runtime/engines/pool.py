@@ -15,6 +15,7 @@ that was sent them; if that one is out, to another, whose "miss" makes the clien
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -22,12 +23,11 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from napari_sam3.client.connection import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
+from napari_sam3.client.connection import Timeouts
 from napari_sam3.core import contract
 from napari_sam3.runtime.engines.model_config import ModelConfig, OutputNames, Outputs, Tensors
 
@@ -57,7 +57,7 @@ class _OtherModel(ValueError):
         self.model_id = model_id
 
 
-@dataclass
+@dataclasses.dataclass
 class _Member:
     address: str
     engine: Any = None  # a TritonEngine while healthy
@@ -66,7 +66,7 @@ class _Member:
     reason: str = ""
     warned: bool = False
     instances: int = 1
-    served: int = field(default=0)
+    served: int = dataclasses.field(default=0)
 
 
 class PoolEngine:
@@ -75,21 +75,21 @@ class PoolEngine:
     def __init__(
         self,
         addresses: str | Sequence[str],
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        retries: int = 3,
+        timeouts: Timeouts | None = None,
         probe_interval: float = 2.0,
         grace: float = 3.0,
-        **engine_options: Any,
+        tls: Any = None,
     ) -> None:
-        """`engine_options` (tls, liveness_timeout, ...) go to every member's TritonEngine."""
+        """`timeouts` and `tls` (a ``TlsOptions``) are every member's; a member tries once (the
+        pool tries again on another member, `timeouts.retries` times each)."""
         self.addresses = split_addresses(addresses)
         self.address = ",".join(self.addresses)
-        self.connect_timeout = float(connect_timeout)
-        self.request_timeout = request_timeout
-        self.retries = retries
+        self.timeouts = timeouts or Timeouts()
+        self.connect_timeout = self.timeouts.connect
+        self.retries = self.timeouts.retries
         self.probe_interval = probe_interval
-        self._engine_options = engine_options
+        self._member_timeouts = dataclasses.replace(self.timeouts, retries=0)
+        self._tls = tls
         self._members = [_Member(a) for a in self.addresses]
         self._cond = threading.Condition()
         self._configs: dict[str, ModelConfig] = {}
@@ -108,13 +108,8 @@ class PoolEngine:
         """A ready TritonEngine for `member` (raises ConnectionError / ValueError when not)."""
         from napari_sam3.runtime.engines.triton import TritonEngine
 
-        engine = TritonEngine(
-            member.address,
-            connect_timeout=timeout,
-            request_timeout=self.request_timeout,
-            retries=0,  # the pool retries on another member instead
-            **self._engine_options,
-        )
+        timeouts = dataclasses.replace(self._member_timeouts, connect=timeout)
+        engine = TritonEngine(member.address, timeouts, tls=self._tls)
         try:
             manifest = contract.manifest_from_config(engine.config(contract.SEGMENT))
             model_id = manifest.model_id

@@ -25,16 +25,10 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from napari_sam3.client.connection import (
-    DEADLINE_FACTOR,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_LIVENESS_TIMEOUT,
-    DEFAULT_REQUEST_TIMEOUT,
-)
+from napari_sam3.client.connection import Timeouts
 from napari_sam3.core import validate
-
-# the timeouts' defaults live in napari_sam3.client.connection (the CLI, the panel and batch runs use it)
 from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.files import read_pem
 from napari_sam3.runtime.engines.model_config import (
     ModelConfig,
     OutputNames,
@@ -48,7 +42,6 @@ from napari_sam3.runtime.engines.model_config import (
 TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED"}
 TIMED_OUT = "StatusCode.DEADLINE_EXCEEDED"
 MAX_MESSAGE = 2**31 - 1  # as tritonclient's own default (images and masks can be large)
-MAX_PEM_BYTES = 1 << 20
 
 
 class RequestTimeout(Sam3Error, ConnectionError, TimeoutError):
@@ -125,17 +118,7 @@ class TlsOptions:
 
 
 def _read_pem(path, what: str) -> bytes | None:
-    if path is None:
-        return None
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"TLS {what}: no file at {path}")
-    if path.stat().st_size > MAX_PEM_BYTES:
-        raise ValueError(f"TLS {what}: {path} is over {MAX_PEM_BYTES:,} bytes, not a PEM file")
-    data = path.read_bytes()
-    if b"-----BEGIN " not in data:
-        raise ValueError(f"TLS {what}: {path} is not a PEM file (no -----BEGIN line)")
-    return data
+    return None if path is None else read_pem(path, what)
 
 
 class TritonEngine:
@@ -145,34 +128,20 @@ class TritonEngine:
     def __init__(
         self,
         address: str | Sequence[str],
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        retries: int = 3,
-        backoff: float = 0.5,
+        timeouts: Timeouts | None = None,
         *,
-        deadline: float | None = None,
-        liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+        backoff: float = 0.5,
         probe_interval: float = 5.0,
         tls: TlsOptions | bool | None = None,
     ) -> None:
         self.target = grpc_target(address)
-        for name, value in (
-            ("connect_timeout", connect_timeout),
-            ("request_timeout", request_timeout),
-            ("liveness_timeout", liveness_timeout),
-            ("probe_interval", probe_interval),
-        ):
-            _check_seconds(name, value)
-        if deadline is not None:
-            _check_seconds("deadline", deadline)
+        self.timeouts = timeouts = timeouts or Timeouts()
+        self.probe_interval = validate.seconds("probe_interval", probe_interval)
         self.address = address if isinstance(address, str) else ",".join(address)
-        self.request_timeout = float(request_timeout)
-        self.deadline = (
-            float(deadline) if deadline is not None else DEADLINE_FACTOR * self.request_timeout
-        )
-        self.liveness_timeout = float(liveness_timeout)
-        self.probe_interval = float(probe_interval)
-        self.retries = retries
+        self.request_timeout = timeouts.request
+        self.deadline = timeouts.total
+        self.liveness_timeout = timeouts.liveness
+        self.retries = timeouts.retries
         self.backoff = backoff
         if tls is True:
             tls = TlsOptions()
@@ -187,7 +156,7 @@ class TritonEngine:
         self._configs: dict[str, ModelConfig] = {}
         self._closed = False
         try:
-            self.wait_until_ready(connect_timeout)
+            self.wait_until_ready(timeouts.connect)
         except BaseException:
             self.close()
             raise
@@ -382,10 +351,6 @@ class TritonEngine:
             self._closed = True
         for client in self._clients:
             client.close()
-
-
-def _check_seconds(name: str, value) -> None:
-    validate.seconds(name, value)
 
 
 def _describe(error: InferenceServerException) -> str:
