@@ -1,34 +1,40 @@
 """Write the README's napari screenshots to docs/images/ (run on purpose, never by the tests).
 
-    xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python scripts/make_screenshots.py \
-        --repository path/to/model_repository
+    .venv/bin/python scripts/make_screenshots.py --repository path/to/model_repository
 
-Opens the Sentinel-2 sample through the plugin's reader, docks the SAM3 panel and the results
-table as napari's Plugins menu does, segments two keywords and saves the whole window. The tests
-call `shoot` on a temporary folder to check the picture is usable (tests/plugin/test_screenshots.py).
+Under its own virtual display of a laptop screen (``--size``, default 1366x768, as the
+laptop-screen tests use), with napari's and the plugin's settings of this run only: opens the
+Sentinel-2 sample through the plugin's reader, docks the SAM3 panel and the results table as
+napari's Plugins menu does, sizes the window to the screen, segments two keywords and saves the
+whole window. The tests call `shoot` on a temporary folder to check the picture is usable
+(tests/plugin/test_screenshots.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
-SIZE = (1400, 900)
+SCREEN = "1366x768"
 
 
 def window_with_panel(viewer, files, client, qtbot_wait):
-    """Open `files` in `viewer`, dock the panel and the table, run one text prompt."""
+    """Open `files` in `viewer`, dock the panel and the table, fill the screen, run one text
+    prompt."""
+    from qtpy.QtWidgets import QApplication
+
     from napari_sam3.plugin.widgets._common import STATE
 
-    viewer.window.resize(*SIZE)
     viewer.open([str(f) for f in files], stack=True, plugin="napari-sam3")
     STATE.set_client(client)
     _dock, panel = viewer.window.add_plugin_dock_widget("napari-sam3", "SAM3")
     _dock, table = viewer.window.add_plugin_dock_widget("napari-sam3", "Results")
-    panel.image.value = viewer.layers[0]
+    viewer.window._qt_window.setGeometry(QApplication.primaryScreen().availableGeometry())
     text = panel.mode("Text & exemplars")
     text.keywords.value = "building, field"
     panel.score_thr.value = 0.0
@@ -38,6 +44,7 @@ def window_with_panel(viewer, files, client, qtbot_wait):
         qtbot_wait(50)
     if text.last_error is not None:
         raise RuntimeError(text.status.value)
+    panel.scroll.ensureWidgetVisible(text.run_button.native)  # the tab, down to its button
     return panel, table
 
 
@@ -84,34 +91,48 @@ def shoot(viewer, widget, path: Path, settle) -> np.ndarray:
 
 
 def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repository", required=True, help="a model repository (sam3-export)")
+    parser.add_argument("--out", default=str(IMAGES), help="folder for the PNGs")
+    parser.add_argument("--size", default=SCREEN, help="the screen, WIDTHxHEIGHT")
+    args = parser.parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+
+    from pyvirtualdisplay import Display
+
+    with tempfile.TemporaryDirectory() as home, Display(size=(width, height), color_depth=24):
+        os.environ["NAPARI_CONFIG"] = os.path.join(home, "napari.yaml")
+        os.environ["NAPARI_SAM3_CONFIG_DIR"] = os.path.join(home, "sam3")
+        out = _shoot_panel(args.repository, Path(args.out))
+    print(f"wrote {out}")
+    return 0
+
+
+def _shoot_panel(repository: str, folder: Path) -> Path:
+    import time
+
     import napari
     from qtpy.QtWidgets import QApplication
 
     from napari_sam3.client.sam3 import Sam3Client
     from napari_sam3.plugin.sample_data import sentinel2_true_colour
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repository", required=True, help="a model repository (sam3-export)")
-    parser.add_argument("--out", default=str(IMAGES), help="folder for the PNGs")
-    args = parser.parse_args(argv)
-
     def settle(ms: int) -> None:
-        import time
-
         end = time.monotonic() + ms / 1000
         while time.monotonic() < end:
             QApplication.processEvents()
             time.sleep(0.01)
 
     viewer = napari.Viewer(show=True)
-    client = Sam3Client.local(args.repository)
-    panel, _table = window_with_panel(viewer, sentinel2_true_colour(), client, settle)
-    out = Path(args.out) / "napari_panel.png"
-    shoot(viewer, panel, out, settle)
-    print(f"wrote {out}")
-    viewer.close()
-    client.close()
-    return 0
+    client = Sam3Client.local(repository)
+    try:
+        panel, _table = window_with_panel(viewer, sentinel2_true_colour(), client, settle)
+        out = folder / "napari_panel.png"
+        shoot(viewer, panel, out, settle)
+    finally:
+        viewer.close()
+        client.close()
+    return out
 
 
 if __name__ == "__main__":

@@ -92,7 +92,8 @@ def test_one_keyword_on_any_band_is_one_segment_call_on_the_images_pixels(
 
     viewer = s2_viewer
     image = viewer.layers[f"{STACK} B03"]
-    panel.image.value = image  # any band of the stack: the model gets B04, B03, B02
+    panel.image.value = image  # any band of the stack chooses the scene: B04, B03, B02
+    assert panel.image.value is viewer.layers[f"{STACK} B04"]
     text = panel.mode("Text & exemplars")
     text.keywords.value = "building"
     panel.score_thr.value = 0.0
@@ -116,7 +117,7 @@ def test_one_keyword_on_any_band_is_one_segment_call_on_the_images_pixels(
     assert features["index"].tolist() == list(range(1, len(frame) + 1))
     np.testing.assert_allclose(features["score"], frame["score"], rtol=1e-6)
     assert set(features["keyword"]) == {"building"} and set(features["prompt_kind"]) == {"text"}
-    assert set(features["source"]) == {f"{STACK} B03 (B04, B03, B02)"}
+    assert set(features["source"]) == {SOURCE}
     # On the image's pixels, with its georeferencing.
     np.testing.assert_allclose(layer.scale, image.scale)
     np.testing.assert_allclose(layer.translate, image.translate)
@@ -124,7 +125,7 @@ def test_one_keyword_on_any_band_is_one_segment_call_on_the_images_pixels(
     assert layer.metadata["transform"] == image.metadata["transform"]
     record = layer.metadata["sam3"]
     assert (record["version"], record["kind"], record["offset"]) == (1, "result", [0, 0])
-    assert record["image_layer"] == image.name
+    assert record["image_layer"] == panel.image.value.name  # the scene's first band layer
     assert text.status.value.startswith(f"building: {len(frame)} -> 1 layer(s)")
 
 
@@ -309,6 +310,8 @@ def test_concept_bank_encode_save_load_and_apply_to_another_image(
 
     viewer = panel.viewer
     (nir,) = viewer.open(str(s2_files["B8A"]), plugin="napari-sam3")  # 20 m, another layer
+    assert panel.image.value is nir, "opened, it is selected, and the picker follows"
+    panel.image.value = viewer.layers[f"{STACK} B04"]
     concepts = panel.mode("Concepts")
     ui.click(concepts.new_exemplars)
     exemplars = panel.exemplars.value

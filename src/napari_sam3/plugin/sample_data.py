@@ -40,7 +40,7 @@ def sentinel2_true_colour() -> list[Path]:
 
 
 def sentinel2_sample() -> list:
-    """npe2 sample data (File > Open Sample > SAM3 for geospatial imagery): the true-colour
+    """npe2 sample data (File > Open Sample > Sentinel-2 L1C tile T33UUU): the true-colour
     bands of the Sentinel-2 scene as napari layer data, as the reader opens the three files."""
     from napari_sam3.plugin.reader import read_layers
 

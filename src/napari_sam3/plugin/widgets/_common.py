@@ -66,6 +66,17 @@ def describe_client(client) -> str:
     return text
 
 
+def summary_line(client) -> tuple[str, str]:
+    """The SAM3 panel's one-line connection status, and its tooltip (the whole description)."""
+    if client is None:
+        return "Not connected: choose a model below, then Connect", NOT_CONNECTED
+    full = describe_client(client)
+    text = full
+    if client.manifest.random_weights:  # said first: the line may be cut on a narrow panel
+        text = "RANDOM WEIGHTS · " + full.split(" · RANDOM WEIGHTS")[0]
+    return f"Connected: {text}", full
+
+
 def notify_error(what: str, error: BaseException) -> str:
     """Show `error` as a napari error notification (message only, no traceback)."""
     from napari.utils.notifications import show_error
@@ -100,6 +111,66 @@ def layer_combo(viewer, kinds, label: str, nullable: bool = False, tooltip: str 
         return [(layer.name, layer) for layer in viewer.layers if isinstance(layer, kinds)]
 
     return ComboBox(label=label, choices=choices, nullable=nullable, tooltip=tooltip)
+
+
+class ScenePicker(ComboBox):
+    """The image picker: one entry per scene ("name: 3 bands (B04, B03, B02)" for the band layers
+    the reader opened from one raster, else the layer's name). Its value is the scene's first
+    band layer; setting any band layer of a scene, or selecting one in napari's layer list,
+    chooses that scene."""
+
+    def __init__(
+        self, viewer, label: str, nullable: bool = False, tooltip: str = "", follow: bool = True
+    ) -> None:
+        from napari.layers import Image
+
+        from napari_sam3.plugin.widgets import _layers
+
+        def choices(_widget=None):
+            scenes = []
+            for layer in viewer.layers:
+                if isinstance(layer, Image):
+                    scene = _layers.scene_of(viewer, layer)
+                    if all(scene is not s for _, s in scenes):
+                        scenes.append((_layers.scene_name(viewer, scene), scene))
+            return scenes
+
+        self._viewer = viewer
+        super().__init__(label=label, choices=choices, nullable=nullable, tooltip=tooltip)
+        if follow:
+            viewer.layers.selection.events.active.connect(self._follow_selection)
+
+    @property
+    def value(self):
+        return ComboBox.value.fget(self)
+
+    @value.setter
+    def value(self, value) -> None:
+        from napari_sam3.plugin.widgets import _layers
+
+        if value is not None and all(value is not c for c in self.choices):
+            value = _layers.scene_of(self._viewer, value)
+        ComboBox.value.fset(self, value)
+
+    def _follow_selection(self, event) -> None:
+        from napari.layers import Image
+
+        layer = getattr(event, "value", None)
+        if not isinstance(layer, Image) or self.value is layer:
+            return
+        try:
+            self.reset_choices()
+            self.value = layer
+        except (RuntimeError, ValueError):  # the widget is gone, or the layer is being removed
+            pass
+
+
+def scene_combo(
+    viewer, label: str = "Image", nullable: bool = False, tooltip: str = "", follow: bool = True
+):
+    """The image picker of the SAM3 widgets (`ScenePicker`); `follow`: selecting an image layer
+    in napari's layer list chooses its scene."""
+    return ScenePicker(viewer, label, nullable=nullable, tooltip=tooltip, follow=follow)
 
 
 def row(*widgets, label: str = "") -> Container:

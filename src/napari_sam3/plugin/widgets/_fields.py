@@ -9,10 +9,10 @@ tabs point at the panel's fields (`shared=panel`); a mode built on its own gets 
 from __future__ import annotations
 
 from magicgui.widgets import CheckBox, FloatSpinBox, LineEdit, PushButton, SpinBox
-from napari.layers import Image, Shapes
+from napari.layers import Shapes
 
 from napari_sam3.plugin.widgets import _layers
-from napari_sam3.plugin.widgets._common import layer_combo, row
+from napari_sam3.plugin.widgets._common import layer_combo, row, scene_combo
 
 EXEMPLAR_LAYER = "SAM3 exemplars"
 POSITIVE_COLOR, NEGATIVE_COLOR = "lime", "red"
@@ -69,15 +69,28 @@ def bands_field() -> LineEdit:
         value="",
         label="Bands",
         tooltip="1 or 3 bands for the model, names (any case) or 1-based indices, e.g. "
-        "B08 B04 B03 or 8 4 3; empty: the layer's true colour",
+        "B08 B04 B03 or 8 4 3; filled in with the scene's true colour when you choose it "
+        "(empty: the layer's true colour)",
     )
+
+
+def prefill_bands(viewer, image, bands) -> None:
+    """Keep the Bands field at the chosen scene's bands as the reader describes them (its RGB
+    bands, "B04 B03 B02" or "1 2 3"), filled in whenever another scene is chosen."""
+
+    def fill(*_args) -> None:
+        bands.value = _layers.default_bands_text(viewer, image.value)
+
+    image.changed.connect(fill)
+    fill()
 
 
 def add_image_fields(widget, viewer, shared=None) -> list:
     if shared is not None:
         return _share(widget, shared, IMAGE_FIELDS)
-    widget.image = layer_combo(viewer, Image, "Image")
+    widget.image = scene_combo(viewer)
     widget.bands = bands_field()
+    prefill_bands(viewer, widget.image, widget.bands)
     widget.region = layer_combo(
         viewer,
         Shapes,

@@ -57,6 +57,103 @@ def stack_members(viewer, layer) -> list:
     return sorted(members, key=lambda m: _record(m).get("band_index", 0))
 
 
+# ----------------------------------------------------------------------------- scenes
+
+
+def scene_of(viewer, layer):
+    """The layer that stands for `layer`'s scene in the image pickers: the first band layer
+    (by band index) of a stack the reader opened, else `layer` itself."""
+    return stack_members(viewer, layer)[0] if layer is not None else None
+
+
+def band_label(layer) -> str:
+    """How the Bands field and the picker name a band layer: its band name, or its 1-based index
+    when the file names none (the reader's ``band_N``)."""
+    record = _record(layer)
+    band, index = record.get("band"), record.get("band_index")
+    if band is None:
+        return layer.name
+    return str(index) if index is not None and str(band) == f"band_{index}" else str(band)
+
+
+def scene_name(viewer, layer) -> str:
+    """A picker entry: "name: 3 bands (B04, B03, B02)" for a stack, else the layer's name."""
+    members = stack_members(viewer, layer)
+    if len(members) == 1 and not _record(layer).get("stack"):
+        return layer.name
+    first = members[0]
+    base = first.name
+    suffix = f" {_record(first).get('band', '')}"
+    if base.endswith(suffix) and len(base) > len(suffix):
+        base = base[: -len(suffix)]
+    labels = ", ".join(band_label(m) for m in members)
+    return f"{base}: {len(members)} band{'s' * (len(members) != 1)} ({labels})"
+
+
+def default_bands_text(viewer, layer) -> str:
+    """The Bands field for `layer`'s scene as the reader describes it: its RGB (or single) band
+    labels for a stack ("B04 B03 B02", "1 2 3"), else "" (the layer's own colours)."""
+    if layer is None or not _record(layer).get("stack"):
+        return ""
+    members = {str(_record(m).get("band")): m for m in stack_members(viewer, layer)}
+    wanted = [members[b] for b in map(str, _record(layer).get("rgb_bands") or ()) if b in members]
+    return " ".join(band_label(m) for m in wanted)
+
+
+def stretch_percentiles(layer) -> tuple[float, float] | None:
+    """The percentiles of the stretch recorded on a reader layer, or None (no stretch)."""
+    record = _record(layer).get("stretch")
+    if not record:
+        return None
+    low, high = record.get("percentiles", (2.0, 98.0))
+    return float(low), float(high)
+
+
+def set_stretch(viewer, layer, percentiles: tuple[float, float]) -> list:
+    """Stretch every band layer of `layer`'s scene at `percentiles`: each band's contrast limits
+    and the stretch the model is given (the record `model_image` reads) become the same numbers,
+    `napari_sam3.imagery.stretch.compute_stretch` of the pixels the reader took them from (the
+    whole band, or a multiscale file's overview sample). Returns the layers changed."""
+    from napari_sam3.imagery.stretch import compute_stretch
+    from napari_sam3.plugin.reader import _display_limits, _stretch_record
+
+    members = [m for m in stack_members(viewer, layer) if _record(m).get("stretch")]
+    if not members:
+        raise ValueError(
+            f"{layer.name} has no stretch to change: open the raster with napari-sam3's reader "
+            "(8-bit RGB images are shown and sent as they are)"
+        )
+    sample = None
+    for member in members:
+        record = _record(member)
+        nodata = (member.metadata or {}).get("nodata")
+        if getattr(member, "multiscale", False):
+            if sample is None:
+                sample = _overview_sample(member)
+            plane = sample[int(record.get("band_index", 1)) - 1]
+        else:
+            plane = np.asarray(member.data)
+        stats = compute_stretch(plane, percentiles=percentiles, nodata=nodata)
+        limits = (stats.low[0], stats.high[0])
+        previous = record["stretch"]
+        record["stretch"] = {
+            **_stretch_record(limits, stats.percentiles),
+            **({"sample": previous["sample"]} if "sample" in previous else {}),
+        }
+        member.contrast_limits = _display_limits(limits)
+    return members
+
+
+def _overview_sample(layer) -> np.ndarray:
+    """The (bands, rows, cols) pixels a multiscale reader layer's stretch is computed from."""
+    from napari_sam3.imagery.pyramid import RasterPyramid
+
+    source = (layer.metadata or {}).get("source")
+    if not source:
+        raise ValueError(f"{layer.name} has no source file to read its stretch sample from")
+    return np.asarray(RasterPyramid(source).sample())
+
+
 def image_shape(layer) -> tuple[int, int]:
     """(rows, cols) of an image layer's pixels (RGB last axis and band axes excluded)."""
     shape = tuple(layer.data.shape)
@@ -116,13 +213,7 @@ def model_image(viewer, layer, bands: str = "", region=None, window=None) -> Mod
         image = pixels(layer, window)[..., :3]
         chosen: list = ["R", "G", "B"]
     elif _record(layer).get("stack"):
-        members = stack_members(viewer, layer)
-        names = [str(_record(m).get("band", m.name)) for m in members]
-        wanted = keys or list(_record(layer).get("rgb_bands") or names[:3])
-        picked = [members[i] for i in resolve_bands(wanted, len(names), names, layer.name)]
-        if len(picked) not in (1, 3):
-            raise ValueError(f"choose 1 or 3 bands, got {len(picked)}: {wanted}")
-        chosen = [str(_record(m).get("band", m.name)) for m in picked]
+        picked, chosen = stack_bands(viewer, layer, keys)
         data = np.stack([pixels(m, window) for m in picked])
         image = Raster(
             data=data,
@@ -163,6 +254,34 @@ def model_image(viewer, layer, bands: str = "", region=None, window=None) -> Mod
     return ModelImage(
         image, layer, (r0, c0), (r1 - r0, c1 - c0), meta, stats, description, chosen, nodata
     )
+
+
+def stack_bands(viewer, layer, keys) -> tuple[list, list[str]]:
+    """The 1 or 3 band layers of `layer`'s stack that `keys` (parsed Bands; None: the scene's
+    RGB bands) choose, and their band names."""
+    members = stack_members(viewer, layer)
+    names = [str(_record(m).get("band", m.name)) for m in members]
+    wanted = keys or list(_record(layer).get("rgb_bands") or names[:3])
+    picked = [members[i] for i in resolve_bands(wanted, len(names), names, layer.name)]
+    if len(picked) not in (1, 3):
+        raise ValueError(f"choose 1 or 3 bands, got {len(picked)}: {wanted}")
+    return picked, [str(_record(m).get("band", m.name)) for m in picked]
+
+
+def scene_stats(viewer, layer, bands: str = ""):
+    """The stretch `layer`'s scene is shown with (a reader layer's record) for the bands the
+    Bands text chooses, as the whole-scene run takes it; None when the layer records none."""
+    from napari_sam3.imagery.stretch import StretchStats
+
+    if layer is None:
+        return None
+    keys = parse_bands(bands)
+    if _record(layer).get("stack"):
+        picked, chosen = stack_bands(viewer, layer, keys)
+        return _stretch_stats(picked, chosen, StretchStats)
+    if getattr(layer, "rgb", False) or layer.ndim != 2:
+        return None
+    return _stretch_stats([layer], None, StretchStats)
 
 
 def prepare(client, target: ModelImage):

@@ -5,10 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from magicgui.widgets import CheckBox, FileEdit, LineEdit, PushButton, Select
-from napari.layers import Image, Shapes
+from napari.layers import Shapes
 
 from napari_sam3.plugin.widgets import _layers
-from napari_sam3.plugin.widgets._common import Sam3Widget, layer_combo, reports_errors, row
+from napari_sam3.plugin.widgets._common import (
+    Sam3Widget,
+    layer_combo,
+    reports_errors,
+    row,
+    scene_combo,
+)
 from napari_sam3.plugin.widgets._fields import (
     add_exemplar_fields,
     add_image_fields,
@@ -51,7 +57,7 @@ class ConceptsWidget(Sam3Widget):
         self.load_button = PushButton(text="Load")
         self.remove_button = PushButton(text="Remove selected")
         if shared is None:
-            self.apply_image = layer_combo(napari_viewer, Image, "Apply to image")
+            self.apply_image = scene_combo(napari_viewer, "Apply to image", follow=False)
             self.apply_bands = LineEdit(value="", label="Apply bands")
             self.apply_region = layer_combo(napari_viewer, Shapes, "Apply region", nullable=True)
             apply_fields = [self.apply_image, self.apply_bands, self.apply_region]

@@ -10,9 +10,12 @@ layer, takes back.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 from magicgui.widgets import CheckBox, Label, PushButton, RadioButtons, SpinBox
+from napari.components import ViewerModel
 from napari.layers import Labels, Points, Shapes
 from napari.utils.events import Event
 
@@ -38,14 +41,84 @@ BOX_LAYER = "SAM3 box"
 SEED_LAYER = "SAM3 seed"
 OBJECTS_LAYER = "SAM3 objects"
 
+# napari actions (napari's "Viewer key bindings" under File > Preferences > Shortcuts, where they
+# can be changed): name -> (default key, description, the InteractiveWidget method they call).
+# Shift + a letter no napari layer binds, so they work whichever layer is selected.
 SHORTCUTS = {
-    "Shift-A": ("accept the chosen candidate", "accept"),
-    "Shift-N": ("toggle negative clicks", "toggle_negative"),
-    "Shift-C": ("next candidate", "next_candidate"),
-    "Shift-Z": ("undo the last prompt", "undo_prompt"),
-    "Shift-R": ("reset the prompts", "reset"),
-    "Shift-U": ("undo the last accept", "undo_accept"),
+    "napari-sam3:positive_clicks": ("Shift-G", "SAM3: next clicks add positive points", "positive"),
+    "napari-sam3:negative_clicks": (
+        "Shift-N",
+        "SAM3: next clicks add negative points",
+        "negative_clicks",
+    ),
+    "napari-sam3:accept": ("Shift-C", "SAM3: accept the chosen candidate", "accept"),
+    "napari-sam3:reset": ("Shift-R", "SAM3: reset the prompts", "reset"),
+    "napari-sam3:undo_prompt": ("Shift-Z", "SAM3: undo the last prompt", "undo_prompt"),
+    "napari-sam3:next_candidate": ("Shift-X", "SAM3: show the next candidate", "next_candidate"),
+    "napari-sam3:undo_accept": ("Shift-U", "SAM3: undo the last accept", "undo_accept"),
 }
+_LIVE: list = []  # weak references to the InteractiveWidgets the keys act on, newest last
+
+
+def register_shortcuts() -> None:
+    """Register SHORTCUTS with napari's action manager, each bound to its default key unless
+    napari's settings hold the analyst's own choice for it. Registering again (every widget
+    does) binds the keys the actions have anew, on a keymap napari reset since."""
+    from napari.settings import get_settings
+    from napari.utils.action_manager import action_manager
+
+    chosen = get_settings().shortcuts.shortcuts
+    for name, (key, text, method) in SHORTCUTS.items():
+        action_manager.register_action(name, _action(method), text, ViewerModel)
+        if name not in chosen:
+            action_manager.bind_shortcut(name, key)
+
+
+def shortcut_keys(name: str) -> list[str]:
+    """The keys bound to action `name` now (the default, or the analyst's from napari's
+    preferences), as napari writes them (e.g. "Shift+G")."""
+    from napari.utils.action_manager import action_manager
+
+    return [str(key) for key in action_manager._shortcuts.get(name, [])]
+
+
+def shortcut_help() -> str:
+    """The tooltip listing the Interactive keys."""
+    lines = [
+        f"{' / '.join(shortcut_keys(name)) or '(no key)'}: {text.removeprefix('SAM3: ')}"
+        for name, (_key, text, _method) in SHORTCUTS.items()
+    ]
+    return "\n".join(
+        ["Keys (canvas focused; change them in File > Preferences > Shortcuts):", *lines]
+    )
+
+
+def _action(method: str):
+    def command(viewer: ViewerModel) -> None:
+        widget = _widget_for(viewer)
+        if widget is None:
+            from napari.utils.notifications import show_info
+
+            show_info("SAM3 keys: open the SAM3 panel first (its Interactive tab uses them)")
+            return
+        getattr(widget, method)()
+
+    command.__name__ = f"sam3_{method}"
+    return command
+
+
+def _widget_for(viewer):
+    """The newest InteractiveWidget of `viewer` still alive."""
+    for ref in reversed(_LIVE):
+        widget = ref()
+        if widget is not None and _same(widget.viewer, viewer) and not widget._closed:
+            return widget
+    return None
+
+
+def _same(a, b) -> bool:
+    """The same viewer (napari hands plugin widgets a proxy of it)."""
+    return getattr(a, "__wrapped__", a) is getattr(b, "__wrapped__", b)
 
 
 def is_prompt_layer(layer) -> bool:
@@ -99,8 +172,20 @@ class InteractiveWidget(Sam3Widget):
         self.undo_accept_button = PushButton(text="Undo accept")
         self.points_per_side = SpinBox(value=16, min=2, max=64, label="Points per side")
         self.everything_button = PushButton(text="Everything")
-        keys = "\n".join(f"{key}: {text}" for key, (text, _) in SHORTCUTS.items())
-        self.shortcuts = Label(value=keys, label="Shortcuts")
+        register_shortcuts()
+        self.shortcuts = Label(value="Keys: Shift + G, N, C, R, Z, X, U (hover)", label="Shortcuts")
+        self.shortcuts.tooltip = shortcut_help()
+        for button, name in (
+            (self.accept_button, "accept"),
+            (self.reset_button, "reset"),
+            (self.undo_button, "undo_prompt"),
+            (self.undo_accept_button, "undo_accept"),
+        ):
+            button.tooltip = _with_keys(SHORTCUTS[f"napari-sam3:{name}"][1], f"napari-sam3:{name}")
+        self.negative.tooltip = (
+            f"{_with_keys('positive clicks', 'napari-sam3:positive_clicks')}, "
+            f"{_with_keys('negative clicks', 'napari-sam3:negative_clicks')}"
+        )
 
         self.prompt_layers_button.changed.connect(self.new_prompt_layers)
         self.start_button.changed.connect(self.start)
@@ -135,10 +220,8 @@ class InteractiveWidget(Sam3Widget):
         self._controls = [self.start_button, self.everything_button]
         self.reset_choices()
         self._watch_layers()
-        for key, (_, method) in SHORTCUTS.items():
-            napari_viewer.bind_key(key, self._shortcut(method), overwrite=True)
-        # The dock closed (or the viewer): the keys must not call a deleted widget.
-        self.native.destroyed.connect(_unbinder(napari_viewer))
+        _LIVE[:] = [ref for ref in _LIVE if ref() is not None]
+        _LIVE.append(weakref.ref(self))
 
     def reset_choices(self, *_args) -> None:
         """Refresh the layer pickers; the candidates change only with a new result."""
@@ -146,16 +229,8 @@ class InteractiveWidget(Sam3Widget):
             if widget is not self.candidate and hasattr(widget, "reset_choices"):
                 widget.reset_choices()
 
-    def _shortcut(self, method: str):
-        def handler(_viewer=None):
-            getattr(self, method)()
-
-        handler.__name__ = f"sam3_{method}"
-        handler.__doc__ = dict((m, t) for t, m in SHORTCUTS.values())[method]
-        return handler
-
     def close(self) -> None:
-        _unbinder(self.viewer)()
+        self._closed = True  # the keys no longer act on it
         self._unwatch()
         super().close()
 
@@ -252,6 +327,26 @@ class InteractiveWidget(Sam3Widget):
 
     def toggle_negative(self) -> None:
         self.negative.value = not self.negative.value
+
+    def positive(self) -> None:
+        """The next clicks add positive points (the Shift-G key)."""
+        self._clicking(negative=False)
+
+    def negative_clicks(self) -> None:
+        """The next clicks add negative points (the Shift-N key)."""
+        self._clicking(negative=True)
+
+    def _clicking(self, negative: bool) -> None:
+        """Negative (or positive) clicks, on the clicks layer (made if there is none), selected
+        and in add mode: the next click on the canvas is that point."""
+        self.negative.value = negative
+        clicks = self.clicks.value
+        if clicks is None:
+            self.new_prompt_layers()
+            clicks = self.clicks.value
+        if clicks is not None:
+            self.viewer.layers.selection.active = clicks
+            clicks.mode = "add"
 
     # -- the prompt queue -------------------------------------------------------------------
     def _enqueue(self, what: str, make) -> None:
@@ -533,12 +628,6 @@ class InteractiveWidget(Sam3Widget):
         self._enqueue("Segmenting everything", make)
 
 
-def _unbinder(viewer):
-    def unbind(*_args) -> None:
-        for key in SHORTCUTS:
-            try:
-                viewer.bind_key(key, None, overwrite=True)
-            except (KeyError, RuntimeError, ValueError):
-                pass
-
-    return unbind
+def _with_keys(text: str, name: str) -> str:
+    keys = " / ".join(shortcut_keys(name))
+    return f"{text.removeprefix('SAM3: ')} ({keys})" if keys else text

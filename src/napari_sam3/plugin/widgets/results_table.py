@@ -200,7 +200,7 @@ class ResultsTable(Container):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSortingEnabled(True)
-        self.table.setMinimumHeight(160)
+        self.table.setMinimumHeight(90)  # leaves the SAM3 panel room on a laptop screen
         self.table.itemSelectionChanged.connect(self._selection_changed)
         self.delete_button = PushButton(text="Delete selected")
         self.target = layer_combo(
@@ -220,11 +220,10 @@ class ResultsTable(Container):
         self.merge_button.changed.connect(self.merge)
         self.export_button.changed.connect(self._export_dialog)
         self.extend(
-            [
-                row(self.delete_button),
+            [  # few rows: the table shares a laptop screen's height with the SAM3 panel
+                row(self.delete_button, self.merge_button, self.export_button),
                 self.target,
-                row(self.merge_button, self.overwrite),
-                row(self.export_button, self.export_overwrite),
+                row(self.overwrite, self.export_overwrite),
                 self.status,
             ]
         )

@@ -14,13 +14,17 @@ from pathlib import Path
 
 import numpy as np
 from magicgui.widgets import FileEdit, LineEdit, PushButton, SpinBox
-from napari.layers import Image
 
 from napari_sam3.imagery.bands import parse_bands
 from napari_sam3.plugin.georef import affine_list, crop_metadata, transform_kwargs
 from napari_sam3.plugin.widgets import _layers
-from napari_sam3.plugin.widgets._common import Sam3Widget, layer_combo, reports_errors
-from napari_sam3.plugin.widgets._fields import add_threshold_fields, bands_field, thresholds
+from napari_sam3.plugin.widgets._common import Sam3Widget, reports_errors, scene_combo
+from napari_sam3.plugin.widgets._fields import (
+    add_threshold_fields,
+    bands_field,
+    prefill_bands,
+    thresholds,
+)
 from napari_sam3.prompts.keywords import parse_keywords
 
 SUFFIXES = ".tif .tiff .jp2 .j2k"
@@ -88,14 +92,13 @@ class SceneWidget(Sam3Widget):
     def __init__(self, napari_viewer, shared=None) -> None:
         super().__init__(napari_viewer)
         if shared is None:
-            self.image = layer_combo(
+            self.image = scene_combo(
                 napari_viewer,
-                Image,
-                "Image",
                 nullable=True,
                 tooltip="A layer opened from a raster file: its file is read tile by tile",
             )
             self.bands = bands_field()
+            prefill_bands(napari_viewer, self.image, self.bands)
             own = [self.image]
         else:  # the SAM3 panel's image and bands
             self.image, self.bands, own = shared.image, shared.bands, []
@@ -182,6 +185,8 @@ class SceneWidget(Sam3Widget):
             kwargs["prompt"] = words[0]
         else:
             kwargs["keywords"] = words
+        if layer is not None:  # the stretch the layer is shown with, not a second one
+            kwargs["stats"] = _layers.scene_stats(self.viewer, layer, self.bands.value)
         info = raster_info(source)
         if layer is not None and _layers.image_shape(layer) != (info.rows, info.cols):
             raise ValueError(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from magicgui.widgets import PushButton, RadioButtons, TextEdit
+from magicgui.widgets import ComboBox, PushButton, TextEdit
 
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import Sam3Widget, reports_errors
@@ -58,9 +58,7 @@ class TextWidget(Sam3Widget):
         )
         self.keywords.native.setMaximumHeight(70)
         exemplar_fields = add_exemplar_fields(self, napari_viewer, shared)
-        self.output = RadioButtons(
-            choices=[PER_KEYWORD, ONE_LAYER], value=PER_KEYWORD, label="Output"
-        )
+        self.output = ComboBox(choices=[PER_KEYWORD, ONE_LAYER], value=PER_KEYWORD, label="Output")
         self.run_button = PushButton(text="Segment")
         self.run_button.changed.connect(self.run)
         self.extend(
