@@ -32,6 +32,7 @@ from napari_sam3.imagery.stretch import to_model_rgb
 from napari_sam3.prompts.concept import Concept
 from napari_sam3.prompts.tokenizer import tokenize
 from napari_sam3.runtime.engines.local import LocalEngine
+from napari_sam3.runtime.onnx_runner import SHORT_NAMES
 
 ImageLike = str | os.PathLike | np.ndarray | Raster
 
@@ -213,6 +214,12 @@ class Sam3Client:
         weights = "RANDOM WEIGHTS" if self.manifest.random_weights else "checkpoint"
         summary = self.engine.runtime_summary()
         runs = f", runtime={summary}" if summary else ""
+        loaded = self.engine.loaded_graphs()
+        if loaded is not None:
+            order = list(SHORT_NAMES)  # encoder, text, decoders, PVS
+            loaded = sorted(loaded, key=lambda n: order.index(n) if n in order else len(order))
+            short = dict.fromkeys(SHORT_NAMES.get(name, name) for name in loaded)
+            runs += f", loaded={', '.join(short) or 'nothing yet'}"
         return (
             f"Sam3Client({self.address!r}, size={self.manifest.size}, "
             f"input={self.image_size}px, {weights}, model_id={self.model_id[:12]}{runs})"

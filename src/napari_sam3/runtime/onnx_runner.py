@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,19 +287,103 @@ def _ov_config(precision: str, threads: int) -> dict:
     return config
 
 
-def compile_openvino(core, path: str, choice: Choice, threads: int = 0, graph: str = ""):
-    """(compiled model, the choice as compiled). Under `auto`, a graph that fails to compile in
-    bf16 is compiled in fp32 and the choice says why; an explicit bf16 fails."""
+def openvino_source(path: str | Path, precision: str, folder: Path | None) -> Path:
+    """What OpenVINO compiles for a graph at `precision`.
+
+    bf16: the graph as OpenVINO IR with its weights stored in fp16, written once into `folder`
+    (the graph's cache folder). Compiled from the fp32 ONNX file, the CPU plugin keeps the fp32
+    weights beside its own copy: at full size the encoder held 3.7 GB, from the fp16 IR 2.0 GB,
+    the text encoder 2.5 GB and 1.4 GB, at the same speed (bench/bench_memory.py,
+    docs/benchmarks.md). fp16 keeps more mantissa than the bf16 the CPU computes in; OpenVINO
+    leaves constants outside fp16's range in fp32. fp32 compiles from the ONNX file as exported.
+    """
+    path = Path(path)
+    if precision != BF16 or folder is None:
+        return path
+    xml = folder / "ir-f16" / "model.xml"
+    if xml.is_file() and xml.with_suffix(".bin").is_file():
+        return xml
+    ov = _host.import_openvino()
+    partial = Path(tempfile.mkdtemp(prefix=".ir-f16-", dir=folder))
     try:
-        compiled = core.compile_model(path, "CPU", _ov_config(choice.precision, threads))
+        model = ov.Core().read_model(str(path))
+        ov.save_model(model, str(partial / "model.xml"), compress_to_fp16=True)
+        del model
+        try:
+            os.rename(partial, xml.parent)  # whole, or not at all
+        except OSError:  # another process wrote it first: use theirs
+            pass
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return xml
+
+
+def compile_openvino(
+    core,
+    path: str,
+    choice: Choice,
+    threads: int = 0,
+    graph: str = "",
+    folder: Path | None = None,
+):
+    """(compiled model, the choice as compiled). Under `auto`, a graph that fails to compile in
+    bf16 is compiled in fp32 and the choice says why; an explicit bf16 fails. With `folder`, a
+    bf16 graph compiles from its fp16 IR (`openvino_source`); if OpenVINO compiles that at fp32
+    after all, the graph is compiled again from the ONNX file, so fp32 always means fp32 weights."""
+
+    def compile_at(precision: str):
+        source = openvino_source(path, precision, folder)
+        return core.compile_model(str(source), "CPU", _ov_config(precision, threads))
+
+    try:
+        compiled = compile_at(choice.precision)
     except Exception as error:  # noqa: BLE001 - OpenVINO raises its own types
         if choice.precision != BF16 or choice.asked == BF16:
             raise
         choice = choice.fell_back(f"OpenVINO could not compile it in bf16 ({_gist(error)})")
-        compiled = core.compile_model(path, "CPU", _ov_config(FP32, threads))
-    return compiled, verify_precision(
+        compiled = compile_at(FP32)
+    planned = choice.precision
+    choice = verify_precision(
         choice, compiled.get_property("INFERENCE_PRECISION_HINT"), graph or path
     )
+    if planned == BF16 and choice.precision != BF16 and folder is not None:
+        compiled = compile_at(FP32)
+    return compiled, choice
+
+
+def release_file_pages(paths: list[Path]) -> int:
+    """Drop this process's resident pages of the memory-mapped files `paths` (Linux; elsewhere
+    nothing): bytes released.
+
+    OpenVINO maps the weights it compiles from (and its compiled-model cache) and keeps them
+    mapped after making its own copy, so they stay in RSS although inference never reads them
+    again (measured: 1.8 GB on the full-size encoder, back to 0.1 GB after inference). They are
+    clean file pages: MADV_PAGEOUT hands them back, and a later read would fault them in again.
+    """
+    if not paths or not sys.platform.startswith("linux"):
+        return 0
+    import ctypes
+
+    wanted = {str(p) for p in paths}
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    released = 0
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or fields[5] not in wanted:
+            continue
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if libc.madvise(low, high - low, _MADV_PAGEOUT) == 0:
+            released += high - low
+    return released
+
+
+_MADV_PAGEOUT = 21  # linux/mman.h (kernel 5.4+; an older kernel answers EINVAL: nothing happens)
 
 
 class OpenVinoRunner:
@@ -318,12 +405,22 @@ class OpenVinoRunner:
         # encoder, warm cache 7.4 s and 3.8 GB RSS, against 8.9 s and 5.6 GB through read_model
         # (cold: ~20 s either way). OpenVINO's own key for a path did not see a same-size file
         # rewritten in place (a stale blob answered), hence the signature folder above.
-        self.compiled, self.choice = compile_openvino(core, path, choice, threads, graph)
+        self.compiled, self.choice = compile_openvino(
+            core, path, choice, threads, graph, folder=self.cache_dir
+        )
+        self.released = release_file_pages(self._mapped_files(Path(path)))
         self.input_names = [p.get_any_name() for p in self.compiled.inputs]
         self.output_names = [p.get_any_name() for p in self.compiled.outputs]
         self.device = "CPU"
         self._request = self.compiled.create_infer_request()
         self._lock = threading.Lock()
+
+    def _mapped_files(self, path: Path) -> list[Path]:
+        """The files OpenVINO may have mapped for this graph: its ONNX file and external data,
+        its IR, its compiled-model cache."""
+        found = [path, *path.parent.glob(path.name + ".*")]
+        found += [*self.cache_dir.glob("*.blob"), *self.cache_dir.glob("ir-*/model.*")]
+        return [p.resolve() for p in found if p.is_file()]
 
     def run(self, feed: dict) -> dict:
         with self._lock:

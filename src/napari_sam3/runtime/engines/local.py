@@ -93,6 +93,12 @@ class LocalEngine:
             text += ". Why: " + onnx_runner.reasons(choices)
         return text
 
+    def loaded_graphs(self) -> list[str]:
+        """The graphs compiled so far, in the repository's order: a graph loads on its first
+        request, so a text-only session never holds the concept, exemplar or click graphs."""
+        with self._lock:
+            return [name for name in self.choices if name in self._runners]
+
     def config(self, model_name: str) -> ModelConfig:
         try:
             return self.configs[model_name]

@@ -247,6 +247,9 @@ class PoolEngine:
     def runtime_summary(self, reasons: bool = False) -> str | None:
         return None  # each server's repository decides
 
+    def loaded_graphs(self) -> list[str] | None:
+        return None  # the server loads what its repository holds
+
     def refresh(self) -> None:
         """Forget the configs read so far and the servers that hold each image, and serve the
         model most of the servers up now serve (the others leave the pool until they serve it).

@@ -33,5 +33,8 @@ class Engine(Protocol):
     def runtime_summary(self, reasons: bool = False) -> str | None:
         """What runs the graphs, one line; None where the server decides it."""
 
+    def loaded_graphs(self) -> list[str] | None:
+        """The graphs in memory now (they load on first use); None where the server decides it."""
+
     def close(self) -> None:
         """Release the connection or the runtimes; later calls fail."""

@@ -245,6 +245,9 @@ class TritonEngine:
     def runtime_summary(self, reasons: bool = False) -> str | None:
         return None  # the server's repository decides
 
+    def loaded_graphs(self) -> list[str] | None:
+        return None  # the server loads what its repository holds
+
     def refresh(self) -> None:
         """Forget the model configs read so far: the next `config` asks the server again.
 
