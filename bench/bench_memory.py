@@ -16,7 +16,7 @@ Parts:
            (tiles in flight, masks, merge).
 
 .venv/bin/python bench/bench_memory.py --repo DIR [--threads 2] [--parts graphs,prompts,scene]
-    [--variants held,before] [--scene-size 1860]
+    [--variants held,before] [--scene-size 1860] [--precision auto]
 
 Needs a full-size repository (`sam3-export --random-weights --size full ...`): the tiny model's
 figures say nothing about memory. Figures go to docs/benchmarks.md.
@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 KEYWORDS = ["building", "road", "water", "field"]
+PRECISION = "auto"
 
 
 def memory() -> dict:
@@ -69,7 +70,7 @@ def part_graphs(repo: Path, threads: int) -> dict:
     from napari_sam3.core import contract
     from napari_sam3.runtime.engines.local import LocalEngine
 
-    engine = LocalEngine(repo, threads)
+    engine = LocalEngine(repo, threads, precision=PRECISION)
     rows = {"start": memory()}
     for name in (*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS):
         if name not in engine.configs:
@@ -89,7 +90,7 @@ def part_prompts(repo: Path, threads: int) -> dict:
     from napari_sam3 import Sam3Client
 
     image = crop(1008)
-    client = Sam3Client.local(repo, threads)
+    client = Sam3Client.local(repo, threads, precision=PRECISION)
     rows = {"start": memory()}
 
     def step(name, fn):
@@ -131,7 +132,7 @@ def part_scene(repo: Path, threads: int, size: int) -> dict:
     with rasterio.open(path, "w", **profile) as out:
         out.write(data)
     try:
-        client = Sam3Client.local(repo, threads)
+        client = Sam3Client.local(repo, threads, precision=PRECISION)
         client.segment(data[:, :1008, :1008], "building", score_thr=0.0)
         engine = memory()
         start = time.perf_counter()
@@ -156,6 +157,8 @@ def part_scene(repo: Path, threads: int, size: int) -> dict:
 
 
 def child(args) -> None:
+    global PRECISION
+    PRECISION = args.precision
     if args.variant == "before":
         switch_off_holding_once()
     repo = Path(args.repo)
@@ -175,6 +178,7 @@ def main() -> None:
     parser.add_argument("--parts", default="graphs,prompts,scene")
     parser.add_argument("--variants", default="held,before")
     parser.add_argument("--scene-size", type=int, default=1860)
+    parser.add_argument("--precision", default="auto", help="auto, fp32 or bf16 (all graphs)")
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -185,7 +189,7 @@ def main() -> None:
         for variant in args.variants.split(","):
             command = [sys.executable, __file__, "--repo", args.repo, "--threads",
                        str(args.threads), "--scene-size", str(args.scene_size),
-                       "--part", part, "--variant", variant]  # fmt: skip
+                       "--precision", args.precision, "--part", part, "--variant", variant]  # fmt: skip
             done = subprocess.run(command, capture_output=True, text=True)
             lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
             if done.returncode or not lines:

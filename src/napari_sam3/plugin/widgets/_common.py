@@ -13,7 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from magicgui.widgets import ComboBox, Container, Label, ProgressBar, PushButton
+from magicgui.widgets import (
+    ComboBox,
+    Container,
+    FloatSpinBox,
+    Label,
+    ProgressBar,
+    PushButton,
+    SpinBox,
+)
 from psygnal import Signal
 
 # A worker's status line, said once its call has returned.
@@ -171,6 +179,13 @@ def scene_combo(
     """The image picker of the SAM3 widgets (`ScenePicker`); `follow`: selecting an image layer
     in napari's layer list chooses its scene."""
     return ScenePicker(viewer, label, nullable=nullable, tooltip=tooltip, follow=follow)
+
+
+def number(value: float, span: tuple[float, float], label: str, tooltip: str = "", step=None):
+    """A spin box over `span` (min, max): whole numbers for an int `value`, else decimals."""
+    kind = SpinBox if isinstance(value, int) else FloatSpinBox
+    options = {} if step is None else {"step": step}
+    return kind(value=value, min=span[0], max=span[1], label=label, tooltip=tooltip, **options)
 
 
 def row(*widgets, label: str = "") -> Container:

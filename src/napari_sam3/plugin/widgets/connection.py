@@ -8,12 +8,10 @@ from pathlib import Path
 from magicgui.widgets import (
     CheckBox,
     ComboBox,
-    FloatSpinBox,
     Label,
     LineEdit,
     PushButton,
     RadioButtons,
-    SpinBox,
 )
 
 from napari_sam3.client.connection import PRECISION_CHOICES, RUNTIME_CHOICES
@@ -22,6 +20,7 @@ from napari_sam3.plugin.widgets._common import (
     STATE,
     Sam3Widget,
     describe_client,
+    number,
     reports_errors,
     row,
 )
@@ -45,6 +44,19 @@ def connect(settings: ConnectionSettings):
     return spec.connect()
 
 
+TIPS = {  # the fields' tooltips
+    "runtime": "What runs the graphs: auto (OpenVINO on a CPU, ONNX Runtime with CUDA), "
+    "openvino or onnxruntime",
+    "precision": "auto (bf16 where the CPU has it natively, else fp32), fp32, or bf16 "
+    "(OpenVINO on a CPU with AVX512_BF16 or AMX only)",
+    "threads": "Threads per graph (0: the runtime's default, every core)",
+    "cache_mib": "The bound of the in-process feature cache, MiB (0: the repository's, four full-size images); it must hold one image",
+    "connect_timeout": "How long to wait for a ready server (raise it for a cold start)",
+    "request_timeout": "The most one request may take; a server that stops answering is given up on after 20 s whatever this says",
+    "deadline": "The most one call may take over all its tries (transient errors are retried within it); 0: 1.5 x the request timeout",
+}
+
+
 class ConnectionWidget(Sam3Widget):
     """Connect to a model; the choice is remembered between napari sessions."""
 
@@ -65,68 +77,29 @@ class ConnectionWidget(Sam3Widget):
         self.browse = PushButton(text="Choose folder…")
         self.browse.changed.connect(self._browse)
         self.repository_row = row(self.repository, self.browse, label="Repository")
-        self.runtime = ComboBox(
-            choices=list(RUNTIME_CHOICES),
-            value=saved.runtime,
-            label="Runtime",
-            tooltip="What runs the graphs: auto (OpenVINO on a CPU, ONNX Runtime with CUDA), "
-            "openvino or onnxruntime",
-        )
+        runtime, precision = list(RUNTIME_CHOICES), list(PRECISION_CHOICES)
+        self.runtime = ComboBox(choices=runtime, value=saved.runtime, tooltip=TIPS["runtime"])
         self.precision = ComboBox(
-            choices=list(PRECISION_CHOICES),
-            value=saved.precision,
-            label="Precision",
-            tooltip="auto (bf16 where the CPU has it natively, else fp32), fp32, or bf16 "
-            "(OpenVINO on a CPU with AVX512_BF16 or AMX only)",
+            choices=precision, value=saved.precision, tooltip=TIPS["precision"]
         )
         self.runtime_row = row(self.runtime, self.precision, label="Runtime")
-        self.threads = SpinBox(
-            value=saved.threads,
-            min=0,
-            max=1024,
-            label="Threads",
-            tooltip="Threads per graph (0: the runtime's default, every core)",
-        )
+        self.threads = number(int(saved.threads), (0, 1024), "Threads", TIPS["threads"])
         self._saved_cache_bytes = saved.cache_bytes
-        self.cache_mib = SpinBox(
-            value=_mib(saved.cache_bytes),
-            min=0,
-            max=2**31 - 1,
-            step=256,
-            label="Cache (MiB)",
-            tooltip="The bound of the in-process feature cache, MiB (0: the repository's, four "
-            "full-size images); it must hold one image",
+        self.cache_mib = number(
+            int(_mib(saved.cache_bytes)), (0, 2**31 - 1), "Cache (MiB)", TIPS["cache_mib"], step=256
         )
         self.embedded_row = row(self.threads, self.cache_mib, label="Threads, cache")
         self.address = LineEdit(
             value=saved.address, label="Address", tooltip="Triton gRPC address, host:port"
         )
-        self.connect_timeout = FloatSpinBox(
-            value=saved.connect_timeout,
-            min=0.5,
-            max=3600,
-            step=1,
-            label="Connect (s)",
-            tooltip="How long to wait for a ready server (raise it for a cold start)",
-        )
-        self.request_timeout = FloatSpinBox(
-            value=saved.request_timeout,
-            min=1,
-            max=86400,
-            step=10,
-            label="Request (s)",
-            tooltip="The most one request may take; a server that stops answering is given up "
-            "on after 20 s whatever this says",
-        )
-        self.deadline = FloatSpinBox(
-            value=saved.deadline or 0.0,
-            min=0,
-            max=2 * 86400,
-            step=10,
-            label="Deadline (s)",
-            tooltip="The most one call may take over all its tries (transient errors are "
-            "retried within it); 0: 1.5 x the request timeout",
-        )
+        # the three timeouts: (min, max) seconds, label, step
+        for name, span, label, step in (
+            ("connect_timeout", (0.5, 3600), "Connect (s)", 1),
+            ("request_timeout", (1, 86400), "Request (s)", 10),
+            ("deadline", (0, 2 * 86400), "Deadline (s)", 10),  # 0: 1.5 x the request timeout
+        ):
+            seconds = float(getattr(saved, name) or 0.0)
+            setattr(self, name, number(seconds, span, label, TIPS[name], step=step))
         self.timeouts_row = row(
             self.connect_timeout, self.request_timeout, self.deadline, label="Timeouts"
         )

@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from magicgui.widgets import FileEdit, LineEdit, PushButton, SpinBox
+from magicgui.widgets import FileEdit, LineEdit, PushButton
 
 from napari_sam3.imagery.bands import parse_bands
 from napari_sam3.plugin.georef import affine_list, crop_metadata, transform_kwargs
 from napari_sam3.plugin.widgets import _layers
-from napari_sam3.plugin.widgets._common import Sam3Widget, reports_errors, scene_combo
+from napari_sam3.plugin.widgets._common import Sam3Widget, number, reports_errors, scene_combo
 from napari_sam3.plugin.widgets._fields import (
     add_threshold_fields,
     bands_field,
@@ -28,6 +28,12 @@ from napari_sam3.plugin.widgets._fields import (
 from napari_sam3.prompts.keywords import parse_keywords
 
 SUFFIXES = ".tif .tiff .jp2 .j2k"
+
+
+TIPS = {  # the number fields' tooltips
+    "tile_size": "Tile side in scene pixels; 0 = the model's input size",
+    "overlap": "Pixels shared by neighbouring tiles; -1 = tile size / 8",
+}
 
 
 class SceneCancelled(Exception):
@@ -114,20 +120,8 @@ class SceneWidget(Sam3Widget):
             tooltip="A text prompt, or keywords separated by commas or semicolons (one vision "
             "pass per tile)",
         )
-        self.tile_size = SpinBox(
-            value=0,
-            min=0,
-            max=100_000,
-            label="Tile size",
-            tooltip="Tile side in scene pixels; 0 = the model's input size",
-        )
-        self.overlap = SpinBox(
-            value=-1,
-            min=-1,
-            max=50_000,
-            label="Overlap",
-            tooltip="Pixels shared by neighbouring tiles; -1 = tile size / 8",
-        )
+        self.tile_size = number(0, (0, 100_000), "Tile size", TIPS["tile_size"])
+        self.overlap = number(-1, (-1, 50_000), "Overlap", TIPS["overlap"])
         self.run_button = PushButton(text="Segment scene")
         self.run_button.changed.connect(self.run)
         self._cancel_event = threading.Event()
