@@ -5,7 +5,10 @@ independent objects (rectangles and ellipses, sizes log-uniform from a few pixel
 the image), near duplicates of earlier masks (shifted by a few pixels) and parts nested inside
 earlier masks, as SAM3's 200 queries produce.
 
-    python bench/bench_masks.py [--n 200] [--size 1008] [--repeats 5] [--seed 0]
+    python bench/bench_masks.py [--n 200] [--size 1008] [--repeats 5] [--seed 0] [--noisy-only]
+
+Noisy masks too (issue 23): the server's run-length encoder on noise-like masks (a random-weight
+model's, and fragmented ones like fields and clouds), LEB128 before and now side by side.
 """
 
 from __future__ import annotations
@@ -126,13 +129,71 @@ def run_case(name: str, masks: np.ndarray, scores: np.ndarray, repeats: int) -> 
     print(f"DataFrame of {n} RleMask, pickled: {len(pickle.dumps(frame))} bytes")
 
 
+def leb128_before(values: np.ndarray) -> np.ndarray:
+    """The LEB128 encoder of 2026-11-30 (one pass per possible byte, uint64, fancy indexing),
+    kept here only as the "before" of the noisy-mask figures."""
+    v = values.astype(np.uint64)
+    nbytes = np.ones(v.size, dtype=np.int64)
+    for k in range(1, 9):
+        nbytes += v >= np.uint64(1 << (7 * k))
+    ends = np.cumsum(nbytes)
+    out = np.empty(int(ends[-1]) if ends.size else 0, dtype=np.uint8)
+    starts = ends - nbytes
+    for k in range(int(nbytes.max()) if nbytes.size else 0):
+        sel = np.flatnonzero(nbytes > k)
+        byte = (v[sel] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        more = (nbytes[sel] > k + 1).astype(np.uint64) << np.uint64(7)
+        out[starts[sel] + k] = (byte | more).astype(np.uint8)
+    return out
+
+
+def noisy_logits(n: int, size: int, seed: int, kind: str) -> np.ndarray:
+    """Low-res mask logits (size / 3.5 px) whose masks are noise-like: "random" (a random-weight
+    model: white noise, each mask its own), "fields" (smooth blobs of a few low-res pixels with
+    noise on them, like fields, water, shadows and clouds in real imagery)."""
+    rng = np.random.default_rng(seed)
+    m = round(size / 3.5)
+    if kind == "random":
+        return rng.normal(0, 1, (n, m, m)).astype(np.float32)
+    coarse = rng.normal(0, 1, (n, m // 4 + 1, m // 4 + 1))
+    smooth = np.repeat(np.repeat(coarse, 4, axis=1), 4, axis=2)[:, :m, :m]
+    return (smooth + rng.normal(0, 0.6, (n, m, m)) - 0.3).astype(np.float32)
+
+
+def run_noisy(kind: str, n: int, size: int, seed: int, repeats: int) -> None:
+    """The server's encoder on fragmented masks: LEB128 and the whole payload, before and now."""
+    from napari_sam3.masks import rle as rle_module
+    from napari_sam3.runtime.postprocess import threshold_masks
+
+    batch = threshold_masks(noisy_logits(n, size, seed, kind), size, 0.0)
+    values = np.concatenate([batch.counts, batch.runs])
+    before_ms, before = timed(lambda: leb128_before(values), repeats)
+    now_ms, now = timed(lambda: rle_module._leb128_encode(values), repeats)
+    assert before.tobytes() == now.tobytes()  # byte-identical
+    pay_ms, payload = timed(batch.to_bytes, repeats)
+    crops_ms, _ = timed(lambda: threshold_masks(noisy_logits(n, size, seed, kind), size, 0.0), 1)
+    area = batch.areas.sum() / (n * size * size)
+    print(f"\n== noisy, {kind}: {n} masks of {size}x{size}, foreground {area:.1%}")
+    print(f"runs (all masks)             : {batch.runs.size}")
+    print(
+        f"LEB128 before / now          : {before_ms:8.1f} / {now_ms:.1f} ms = {before_ms / now_ms:.1f}x"
+    )
+    print(f"payload (now), whole         : {pay_ms:8.1f} ms, {len(payload)} bytes")
+    print(f"threshold + runs from crops  : {crops_ms:8.1f} ms (postprocess, one run)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--size", type=int, default=1008)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--noisy-only", action="store_true")
     args = parser.parse_args()
+    for kind in ("random", "fields"):
+        run_noisy(kind, args.n, args.size, args.seed, min(args.repeats, 3))
+    if args.noisy_only:
+        return
     masks, scores = make_masks(args.n, args.size, args.seed)
     run_case("realistic", masks, scores, args.repeats)
     del masks

@@ -9,7 +9,8 @@ PY=${PYTHON:-python3.11}
 need_apt=()
 for pkg in xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 \
            libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0 libxcb-cursor0 libgl1 libegl1 \
-           libfontconfig1 libdbus-1-3 strace; do
+           libfontconfig1 libdbus-1-3 strace \
+           qgis python3-qgis; do  # QGIS 3.22 for tests/qgis (about a minute to install)
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

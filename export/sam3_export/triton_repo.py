@@ -29,7 +29,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 import napari_sam3
-from napari_sam3.core import contract
+from napari_sam3.core import contract, errors, validate
 from napari_sam3.masks import rle as rle_module
 from napari_sam3.runtime import cached as cached_logic
 from napari_sam3.runtime import onnx_runner
@@ -119,6 +119,8 @@ def _python_model(
         LOGIC_DIR / "postprocess.py",
         Path(rle_module.__file__),
         Path(contract.__file__),
+        Path(validate.__file__),  # the checks every Python model runs on its inputs
+        Path(errors.__file__),
     ):
         shutil.copyfile(source, version / source.name)
     _write(model_dir, config)

@@ -1,9 +1,10 @@
 """`napari-sam3`: the command line (segment rasters, run the demo, show a repository).
 
-Exit codes: 0 success, 1 a bad input or failed run (the message says what to do), 2 bad usage.
+Exit codes: 0 success, 1 a bad input or failed run (the message says what to do), 2 bad usage,
+130 interrupted (Ctrl-C: nothing partial is written).
 `segment` over several rasters: 0 every raster written, 1 some rasters failed (the others are
 written and a summary names the failures), 2 nothing could run (bad usage, no model, an output
-that exists without --overwrite).
+that exists without --overwrite, an output that is one of the inputs).
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from napari_sam3.client.connection import (
     PRECISION_CHOICES,
     RUNTIME_CHOICES,
 )
-from napari_sam3.core.errors import EXIT_FAILED, EXIT_OK, RefusedError, Sam3Error
+from napari_sam3.core.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    RefusedError,
+    Sam3Error,
+)
 from napari_sam3.imagery.bands import parse_bands
 from napari_sam3.prompts.keywords import parse_keywords
 
@@ -204,6 +211,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
     if checkpoint is not None and not checkpoint.is_file():
         return _fail(f"checkpoint {checkpoint} does not exist")
+    out = Path(args.out)
+    targets = [out / "overlay.png", out / "detections.gpkg"]
+    _check_replace(targets, args.overwrite)  # before the model: nothing is computed in vain
     size = args.size or ("full" if checkpoint else "tiny")
     models = Path(args.models or f"models/{'sam3-' + size if checkpoint else 'random-' + size}")
     ensure_repository(models, checkpoint, size)
@@ -215,14 +225,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     keywords = parse_keywords(args.keywords)
     options = {"score_thr": 0.0, "max_det": 20} if random_weights else {}
     df = client.multi(raster, keywords, **options)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from napari_sam3.imagery.stretch import to_model_rgb
 
-    overlay = overlay_png(to_model_rgb(raster), df, out / "overlay.png", overwrite=True)
+    overlay = overlay_png(to_model_rgb(raster), df, targets[0], overwrite=args.overwrite)
+    args.written.append(overlay)
     gdf = to_geodataframe(df, raster)
     gdf["random_weights"] = random_weights
-    write_vector(gdf, out / "detections.gpkg", overwrite=True)
+    args.written.append(write_vector(gdf, targets[1], overwrite=args.overwrite))
     counts = df.groupby("keyword").size().to_dict() if len(df) else {}
     print(f"napari-sam3: {client!r}")
     print(
@@ -235,13 +245,75 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_replace(targets: list[Path], overwrite: bool) -> None:
+    """Refuse existing outputs without --overwrite; with it, say which files it replaces."""
+    existing = [str(t) for t in targets if t.exists() or t.is_symlink()]
+    if existing and not overwrite:
+        raise UsageError(
+            f"{', '.join(existing[:3])}{' ...' if len(existing) > 3 else ''} exists; "
+            "pass --overwrite to replace"
+        )
+    for path in existing:
+        print(f"napari-sam3: --overwrite: replacing {path}", file=sys.stderr, flush=True)
+
+
+def _protected(args: argparse.Namespace, inputs: list[Path]) -> dict[str, list[Path]]:
+    """Every file the run reads, by kind: no output may be one of them."""
+    return {
+        "raster": inputs,
+        "exemplar file": [Path(args.exemplars)] if getattr(args, "exemplars", None) else [],
+        "concept": [Path(c) for c in getattr(args, "concept", None) or []],
+    }
+
+
 # ----------------------------------------------------------------------------- segment
 
 
-def _scene_inputs(items: list[str]) -> list[Path]:
-    """The rasters named on the command line; a folder stands for the rasters directly in it."""
-    found: list[Path] = []
+class _RemoteInput(str):
+    """A URL given as a raster or STAC item, named (``.name``, ``.stem``) as a file is."""
+
+    @property
+    def name(self) -> str:
+        from napari_sam3.imagery.remote import file_name
+
+        return file_name(self)
+
+    @property
+    def stem(self) -> str:
+        return Path(self.name).stem
+
+
+def _stac_inputs(item: str) -> list[Any]:
+    """A STAC item (path or URL) is one scene; a static catalog or collection, each of its items."""
+    import pystac
+
+    from napari_sam3.imagery.remote import is_remote
+    from napari_sam3.imagery.stac import catalog_items, read_stac
+
+    try:
+        stac = read_stac(item)
+        if isinstance(stac, pystac.Item):
+            return [_RemoteInput(item) if is_remote(item) else Path(item)]
+        hrefs = [i.get_self_href() for i in catalog_items(stac)]
+    except (ValueError, FileNotFoundError) as error:
+        raise UsageError(f"{item}: {error}") from None
+    return [_RemoteInput(h) if is_remote(h) else Path(h) for h in hrefs]
+
+
+def _scene_inputs(items: list[str]) -> list[Any]:
+    """The rasters named on the command line; a folder stands for the rasters directly in it.
+    A URL is a remote raster; a STAC item (.json) a scene, a STAC catalog its items."""
+    from napari_sam3.imagery.remote import is_remote
+    from napari_sam3.imagery.stac import is_stac
+
+    found: list[Any] = []
     for item in items:
+        if is_stac(item):
+            found += _stac_inputs(item)
+            continue
+        if is_remote(item):
+            found.append(_RemoteInput(item))
+            continue
         path = Path(item)
         if path.is_dir():
             rasters = sorted(
@@ -260,13 +332,19 @@ def _scene_inputs(items: list[str]) -> list[Path]:
             found.append(path)
         else:
             raise UsageError(f"{item}: no such file or folder")
-    return list(dict.fromkeys(p.resolve() for p in found))
+    return list(dict.fromkeys(p if isinstance(p, _RemoteInput) else p.resolve() for p in found))
 
 
 def _plan_outputs(
-    inputs: list[Path], out: str, fmt: str, overwrite: bool
+    inputs: list[Path],
+    out: str,
+    fmt: str,
+    overwrite: bool,
+    protected: dict[str, list[Path]] | None = None,
 ) -> tuple[list[Path], Path | None]:
-    """(one output per input, or []; the merged layer, or None). Refuses existing outputs."""
+    """(one output per input, or []; the merged layer, or None). Refuses an output that is an
+    input (`protected`: every file the run reads; default the rasters), whatever `overwrite`
+    says, and existing outputs without `overwrite`."""
     target = Path(out)
     suffix = target.suffix.lower()
     if suffix and suffix not in SCENE_OUTPUTS:
@@ -299,15 +377,18 @@ def _plan_outputs(
                 f"several rasters would write {clash[0]}; rename them or run them separately"
             )
     written = [*targets, *([merged] if merged else [])]
-    if any(t.resolve() in inputs for t in written):
-        raise UsageError("an output would replace one of the input rasters; choose another --out")
-    existing = [str(t) for t in written if t.exists()]
-    if existing and not overwrite:
-        raise UsageError(
-            f"{', '.join(existing[:3])}{' ...' if len(existing) > 3 else ''} exists; "
-            "pass --overwrite to replace"
-        )
+    _refuse_inputs(written, protected or {"raster": inputs})
+    _check_replace(written, overwrite)
     return targets, merged
+
+
+def _refuse_inputs(outputs: list[Path], protected: dict[str, list[Path]]) -> None:
+    from napari_sam3.scene.output import OutputIsInput, refuse_inputs
+
+    try:
+        refuse_inputs(outputs, protected)
+    except OutputIsInput as error:
+        raise UsageError(f"--out: {error}") from None
 
 
 def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -322,6 +403,7 @@ def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--prompt is empty; give a word such as 'building'")
     bands = parse_bands(args.bands)
     return {
+        **_area_options(args),
         "prompt": args.prompt,
         "keywords": keywords or None,
         "tile_size": args.tile_size,
@@ -332,6 +414,32 @@ def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_det": args.max_det,
         "dedup": args.dedup,
     }
+
+
+def _area_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--bbox, --gsd and --assets as segment_scene's aoi, gsd and assets (checked here)."""
+    from napari_sam3.imagery.stac import parse_assets
+    from napari_sam3.scene.aoi import AoiError, parse_bbox
+
+    aoi = getattr(args, "bbox", None)
+    if aoi is not None and not Path(aoi).is_file():
+        try:
+            aoi = parse_bbox(aoi)
+        except AoiError as error:
+            raise UsageError(str(error)) from None
+    gsd = getattr(args, "gsd", None)
+    if gsd is not None and not (0 < gsd < float("inf")):
+        raise UsageError(f"--gsd must be a positive number of metres, e.g. 10, got {gsd:g}")
+    assets = parse_assets(getattr(args, "assets", None))
+    if assets is not None and not all(_is_stac_input(r) for r in args.rasters):
+        raise UsageError("--assets chooses the assets of STAC items; give items (.json)")
+    return {"aoi": aoi, "gsd": gsd, "assets": assets}
+
+
+def _is_stac_input(item: str) -> bool:
+    from napari_sam3.imagery.stac import is_stac
+
+    return is_stac(item)
 
 
 def _load_model(args: argparse.Namespace, spec: Any = None) -> tuple[Any, list[Any]]:
@@ -384,9 +492,11 @@ def _exemplar_concepts(
 
     prompt = VectorPrompt(Path(args.exemplars), args.exemplar_label_column, args.exemplars_crs)
     try:
+        from napari_sam3.imagery.stac import scene_source
+
         concepts = scene_exemplar_concepts(
             client,
-            inputs,
+            [scene_source(p, options.get("assets")) for p in inputs],
             prompt,
             tile_size=options["tile_size"],
             overlap=options["overlap"],
@@ -425,10 +535,23 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
     a serial run, so every worker applies the very same concepts), the post-processing.
 
     The model is reached once here (exit 2 if it cannot be); workers make their own clients."""
+    if any(isinstance(p, _RemoteInput) or _is_stac_input(p) for p in inputs):
+        raise UsageError(
+            "--workers, --dask and --resume take local raster files; URLs and STAC items run "
+            "one after another (leave those options out)"
+        )
     if Path(args.out).suffix:
         raise UsageError(
             "--workers, --dask and --resume write one output per raster: give --out a folder"
         )
+    from napari_sam3.scene.batch import JOURNAL, LOCK, plan_targets
+
+    out = Path(args.out)
+    try:
+        targets = list(plan_targets(inputs, out, args.format).values())
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    _refuse_inputs([*targets, out / JOURNAL, out / LOCK], _protected(args, inputs))
     options = _segment_options(args)
     post = _postprocess_options(args)
     spec = _connection_spec(args)
@@ -462,13 +585,16 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     spec, plan = _batch_plan(args, inputs)
 
     def report(path: Path, status: str, detail: Any) -> None:
-        if status == "failed":
+        if status == "replacing":
+            print(f"napari-sam3: --overwrite: replacing {detail}", file=sys.stderr, flush=True)
+        elif status == "failed":
             print(f"napari-sam3: FAILED {path}: {detail}", file=sys.stderr, flush=True)
         elif status == "skipped":
             print(
                 f"napari-sam3: {path.name}: finished before ({detail['features']} objects), skipped"
             )
         else:
+            args.written.append(Path(args.out) / detail["output"])
             print(
                 f"napari-sam3: {path.name}: {detail['features']} objects -> {detail['output']} "
                 f"({detail['seconds']:.1f} s)",
@@ -495,7 +621,9 @@ def cmd_segment(args: argparse.Namespace) -> int:
             return RefusedError.exit_code
     try:
         inputs = _scene_inputs(args.rasters)
-        targets, merged = _plan_outputs(inputs, args.out, args.format, args.overwrite)
+        targets, merged = _plan_outputs(
+            inputs, args.out, args.format, args.overwrite, _protected(args, inputs)
+        )
         options = _segment_options(args)
         client, concepts = _load_model(args)
         concepts += _exemplar_concepts(args, client, inputs, options)
@@ -532,6 +660,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
                         args.format == "cog",
                         postprocess=post,
                     )
+                    args.written.append(where)
                 else:
                     gdf = scene_geodataframe(df, path, args.simplify)
                     if post is not None:
@@ -560,6 +689,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
         try:
             gdf = pd.concat(layers, ignore_index=True)
             write_vector(gdf, merged, overwrite=args.overwrite)
+            args.written.append(merged)
             print(f"napari-sam3: wrote {len(gdf)} objects from {len(layers)} rasters to {merged}")
         except Exception as error:
             failures += [(merged, f"{type(error).__name__}: {error}")]
@@ -600,6 +730,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--models", help="model repository folder (exported on first use)")
     demo.add_argument("--keywords", default="building,field,water,road")
     demo.add_argument("--out", default="out")
+    demo.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace overlay.png and detections.gpkg in --out (refused without it)",
+    )
     _add_runtime_options(demo)
     demo.set_defaults(run=cmd_demo)
 
@@ -616,7 +751,13 @@ def build_parser() -> argparse.ArgumentParser:
         "written, failures listed); 2 nothing could run (bad usage, no model, an existing "
         "output without --overwrite).",
     )
-    segment.add_argument("rasters", nargs="+", metavar="RASTER", help="raster files or folders")
+    segment.add_argument(
+        "rasters",
+        nargs="+",
+        metavar="RASTER",
+        help="raster files, folders, http(s) URLs of COGs, or STAC items/catalogs (.json path or "
+        "URL)",
+    )
     segment.add_argument("--prompt", help="what to look for, e.g. building")
     segment.add_argument(
         "--keywords", help="several things at once, separated by commas or semicolons: a,b,c"
@@ -655,6 +796,26 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument("--tile-overlap", type=int, help="pixels (default: tile size / 8)")
     segment.add_argument("--bands", help="1 or 3 bands, 1-based or by name: 4,3,2 or B04,B03,B02")
     segment.add_argument("--nodata", type=float, help="nodata value (default: the raster's)")
+    area = segment.add_argument_group("area and scale")
+    area.add_argument(
+        "--bbox",
+        metavar="MINX,MINY,MAXX,MAXY[,CRS]",
+        help="segment only the tiles touching this box (default CRS EPSG:4326, lon/lat), or "
+        "the bounds of a vector file",
+    )
+    area.add_argument(
+        "--gsd",
+        type=float,
+        metavar="METRES",
+        help="resample so that one model pixel covers METRES on the ground (up for small "
+        "objects, down for large ones); default: the raster's own pixels",
+    )
+    area.add_argument(
+        "--assets",
+        metavar="A,B,C",
+        help="STAC items: the assets to use (1 RGB asset or red,green,blue bands); default: "
+        "found by eo:bands common names or the usual keys",
+    )
     segment.add_argument("--score-thr", type=float, help="minimum score (default: the model's)")
     segment.add_argument("--max-det", type=int, help="at most this many objects per tile")
     segment.add_argument(
@@ -703,8 +864,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.written = []  # what the command finished writing, for the Ctrl-C message
     try:
         return args.run(args)
+    except KeyboardInterrupt:
+        # every file is written atomically: an interrupted write leaves nothing behind
+        done = [str(p) for p in args.written]
+        print(
+            "napari-sam3: interrupted, nothing written"
+            if not done
+            else f"napari-sam3: interrupted; nothing partial written, finished before: "
+            f"{', '.join(done[:3])}{' ...' if len(done) > 3 else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_INTERRUPTED
     except Sam3Error as error:
         print(f"napari-sam3: {error}", file=sys.stderr)
         return error.exit_code
@@ -712,6 +886,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error))
     except subprocess.CalledProcessError as error:
         return _fail(f"model export failed (exit {error.returncode}); see the messages above")
+    except OSError as error:  # a full disk, a folder that cannot be written, ...
+        return _fail(f"{error.strerror or error}: {error.filename or ''}".rstrip(": "))
+    except Exception as error:  # noqa: BLE001 - one line, never a traceback (issue 24)
+        return _fail(f"{type(error).__name__}: {error}")
 
 
 if __name__ == "__main__":

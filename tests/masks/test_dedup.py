@@ -242,3 +242,30 @@ def test_box_nms_known_case() -> None:
 def test_box_nms_rejects_bad_input(boxes, scores, iou, match) -> None:
     with pytest.raises(ValueError, match=match):
         box_nms(boxes, scores, iou)
+
+
+@pytest.mark.parametrize("bytes_per_probe", [1e-12, 1e12])
+@settings(max_examples=60, deadline=None)
+@given(masks=mask_sets(max_n=20), threshold=thresholds, seed=st.integers(0, 2**32 - 1))
+def test_dedup_on_intervals_only_and_on_packed_bits_only(
+    bytes_per_probe, masks, threshold, seed
+) -> None:
+    """Both exact ways of counting |A & B| (intervals, packed rows) give the reference answer."""
+    scores = scores_for(len(masks), seed, ties=False)
+    expected = reference_dedup(masks, scores, threshold)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dedup_module, "_BYTES_PER_PROBE", bytes_per_probe)
+        assert dedup_masks(masks, scores, threshold).tolist() == expected
+
+
+def test_fragmented_full_width_masks_match_the_reference() -> None:
+    """Noise-like masks spanning whole rows (runs wrap from row to row), near duplicates among
+    them: the packed-row count is taken for these pairs."""
+    rng = np.random.default_rng(2)
+    base = rng.random((40, 75)) < 0.5
+    masks = np.stack([base ^ (rng.random((40, 75)) < p) for p in (0.0, 0.02, 0.1, 0.4, 0.05)])
+    masks[4, :10] = False
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.95])
+    for threshold in (0.5, 0.85, 0.97):
+        expected = reference_dedup(masks, scores, threshold)
+        assert dedup_masks(masks, scores, threshold).tolist() == expected

@@ -497,3 +497,99 @@ def test_rle_file_works_when_loaded_on_its_own() -> None:
     payload = copied.encode_masks(masks)
     assert payload == encode_masks(masks)
     np.testing.assert_array_equal(copied.decode_masks(payload).to_dense(), masks)
+
+
+# ----------------------------------------------------------------------------- the vectorised encoder
+
+
+def reference_payload(masks: np.ndarray) -> bytes:
+    """The payload of a batch built pixel by pixel and byte by byte from docs/rle.md."""
+    n, h, w = masks.shape
+    per_mask = [reference_runs(m) for m in masks]
+    values = [len(runs) for runs in per_mask] + [r for runs in per_mask for r in runs]
+    return build_payload(n, h, w, values)
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+@pytest.mark.parametrize("density", [0.5, 0.1, 0.97])
+def test_encoder_is_byte_identical_to_the_reference_on_noisy_masks(
+    density: float, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Noise-like masks (the worst case for RLE: random weights, fragmented real imagery), with
+    long runs mixed in so that every varint width up to 3 bytes occurs."""
+    if chunk is not None:  # many chunks, and a chunk boundary inside the batch
+        monkeypatch.setattr(rle_module, "_LEB128_CHUNK", chunk)
+    rng = np.random.default_rng(int(density * 100))
+    masks = rng.random((5, 61, 347)) < density
+    masks[1, 3:50] = False  # a background run of 16,000+ pixels: a 3-byte varint
+    masks[2, :40] = True  # a long foreground run
+    masks[3] = False  # one run of H*W
+    payload = encode_masks(masks)
+    assert payload == reference_payload(masks)
+    assert RleMasks.from_dense(masks).to_bytes() == payload
+    np.testing.assert_array_equal(decode_masks(payload).to_dense(), masks)
+
+
+def test_varints_of_every_width_match_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    edges = [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**31, 2**32 - 1, 2**32]
+    edges += [2**35 + 5, 2**49, 2**56 - 1, 2**56, 2**62, 2**63 - 1]
+    rng = np.random.default_rng(3)
+    values = np.concatenate([np.array(edges, np.int64), rng.integers(0, 2**40, 200)])
+    expected = b"".join(leb128(int(v)) for v in values)
+    for chunk in (1 << 20, 5):
+        monkeypatch.setattr(rle_module, "_LEB128_CHUNK", chunk)
+        assert rle_module._leb128_encode(values).tobytes() == expected
+        small = values[values < 2**32]  # the uint32 path
+        assert rle_module._leb128_encode(small).tobytes() == b"".join(leb128(int(v)) for v in small)
+    assert rle_module._leb128_encode(np.zeros(0, np.int64)).size == 0
+    assert rle_module._leb128_decode(rle_module._leb128_encode(values)).tolist() == values.tolist()
+
+
+def test_a_batch_from_crops_equals_the_dense_one_and_keeps_exact_intervals() -> None:
+    """Windows of noisy, full-width, edge-touching and empty masks; the intervals kept from the
+    windows are those the runs give (areas, boxes and dedup read them)."""
+    rng = np.random.default_rng(5)
+    h, w = 23, 31
+    dense = np.zeros((5, h, w), bool)
+    crops = [
+        (2, 3, rng.random((9, 11)) < 0.5),
+        (0, 0, rng.random((h, w)) < 0.6),  # full width: runs wrap onto the next row
+        None,
+        (h - 4, w - 5, np.ones((4, 5), bool)),  # the last pixel is foreground
+        (7, 0, np.zeros((3, w), bool)),  # a window with nothing in it
+    ]
+    for i, crop in enumerate(crops):
+        if crop is not None:
+            r, c, px = crop
+            dense[i, r : r + px.shape[0], c : c + px.shape[1]] = px
+    batch = RleMasks.from_crops(crops, (h, w))
+    assert batch.to_bytes() == encode_masks(dense)
+    again = decode_masks(batch.to_bytes())  # intervals computed from the runs
+    for kept, computed in zip(batch.intervals(), again.intervals(), strict=True):
+        np.testing.assert_array_equal(kept, computed)
+    np.testing.assert_array_equal(batch.areas, dense.sum(axis=(1, 2)))
+    np.testing.assert_array_equal(batch.bboxes, [reference_bbox(m) for m in dense])
+    with pytest.raises(ValueError, match="does not fit"):
+        RleMasks.from_crops([(20, 0, np.ones((4, 2), bool))], (h, w))
+
+
+def test_concat_and_take_carry_what_is_known_and_match_a_fresh_batch() -> None:
+    rng = np.random.default_rng(9)
+    dense = rng.random((7, 12, 10)) < 0.3
+    dense[2] = False
+    crops = [(0, 0, m) for m in dense]
+    parts = [RleMasks.from_crops(crops[:3], (12, 10)), RleMasks.from_crops(crops[3:], (12, 10))]
+    joined = RleMasks.concat(parts, (12, 10))
+    fresh = decode_masks(encode_masks(dense))  # everything computed from its runs
+    assert joined.to_bytes() == fresh.to_bytes()
+    for got, want in [(joined, fresh), (joined.take(np.arange(2, 6)), fresh.take([2, 3, 4, 5]))]:
+        np.testing.assert_array_equal(got.areas, want.areas)
+        np.testing.assert_array_equal(got.bboxes, want.bboxes)
+        for a, b in zip(got.intervals(), want.intervals(), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert joined.take(np.arange(2, 6))._intervals is not None  # carried, not recomputed
+    scattered = joined.take([5, 0, 5])
+    np.testing.assert_array_equal(scattered.bboxes, fresh.bboxes[[5, 0, 5]])
+    np.testing.assert_array_equal(scattered.to_dense(), dense[[5, 0, 5]])
+    with pytest.raises(ValueError, match="cannot join"):
+        RleMasks.concat([parts[0], RleMasks.from_dense(dense[:, :5])], (12, 10))

@@ -54,7 +54,7 @@ Decode = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 def point_grid(points_per_side: int) -> np.ndarray:
     """[n*n, 2] (x, y) cell centres of an n x n grid over [0, 1]^2, x varying fastest."""
-    n = validate.positive_int("points_per_side", points_per_side)
+    n = validate.points_per_side(points_per_side)
     offset = 1.0 / (2 * n)
     side = np.linspace(offset, 1.0 - offset, n)
     xs, ys = np.meshgrid(side, side)

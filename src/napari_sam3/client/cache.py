@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from napari_sam3.core import contract
+from napari_sam3.core import contract, validate
 from napari_sam3.core.errors import Sam3Error
-from napari_sam3.masks.rle import decode_masks
+from napari_sam3.masks.rle import RlePayload, as_rle_masks
 from napari_sam3.runtime.cached import ENCODED, HIT, MISS, image_key
 from napari_sam3.runtime.postprocess import DEFAULT_MASK_THR, DEFAULT_MAX_DET, DEFAULT_SCORE_THR
 
@@ -237,6 +237,8 @@ class FeatureCacheClient:
         with self._lock:
             send_pixels = key not in self._sent
         feed = {contract.CACHE_OP: _text(op), contract.IMAGE_ID: _text(key), **inputs}
+        # the server's own rules, here first: a bad request is refused before it is sent
+        validate.model_inputs({**feed, contract.IMAGES: prepared.images_u8})
         says_model = self._says_model
         wanted = [
             contract.CACHE_STATUS,
@@ -323,7 +325,8 @@ class FeatureCacheClient:
         counts = np.asarray(out[contract.KEYWORD_COUNTS]).reshape(-1).astype(np.int64)
         if not self._closed and counts.sum() == len(scores) and (counts >= 0).all():
             # kept only when consistent; the caller validates the answer itself either way
-            masks = decode_masks(np.asarray(out[contract.MASKS_RLE], np.uint8).tobytes())
+            masks = as_rle_masks(out[contract.MASKS_RLE])
+            out[contract.MASKS_RLE] = RlePayload(masks)  # decoded once, here
             if len(masks) == len(scores):
                 with self._lock:
                     self._answers[answer_key] = _Answer(
@@ -467,6 +470,6 @@ def _refilter(held: _Answer, options: dict) -> dict:
     return {
         contract.SCORES: held.scores[index],
         contract.BOXES: held.boxes[index],
-        contract.MASKS_RLE: np.frombuffer(held.masks.take(index).to_bytes(), np.uint8),
+        contract.MASKS_RLE: RlePayload(held.masks.take(index)),  # no bytes made or parsed
         contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
     }

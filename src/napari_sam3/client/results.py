@@ -8,7 +8,7 @@ import pandas as pd
 from napari_sam3.imagery.letterbox import Letterbox
 from napari_sam3.masks.dedup import dedup_masks
 from napari_sam3.masks.protocol import Crop, LazyMask, tight_crop
-from napari_sam3.masks.rle import RleMask, RleMasks, decode_masks
+from napari_sam3.masks.rle import RleMask, RleMasks, as_rle_masks
 
 RESULT_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind"]
 
@@ -48,10 +48,11 @@ def empty_result(extra: dict | None = None) -> pd.DataFrame:
     return frame
 
 
-def decode_answer(payload: np.ndarray | bytes, size: int, max_count: int) -> RleMasks:
-    """A server's RLE payload, refused (from its header, before anything is allocated) unless
-    it holds at most `max_count` masks of the model frame `size` x `size`."""
-    return decode_masks(np.asarray(payload, dtype=np.uint8).tobytes(), (size, size), max_count)
+def decode_answer(payload, size: int, max_count: int) -> RleMasks:
+    """A server's RLE payload (or the embedded engine's masks, taken as they are), refused
+    (from its header, before anything is allocated) unless it holds at most `max_count` masks
+    of the model frame `size` x `size`."""
+    return as_rle_masks(payload, (size, size), max_count)
 
 
 def max_detections(num_queries: int, max_det: int | None) -> int:

@@ -27,7 +27,7 @@ from napari_sam3.client.image import ImageHandle
 from napari_sam3.client.results import decode_answer, detections_frame, empty_result, max_detections
 from napari_sam3.core import contract, validate
 from napari_sam3.imagery.letterbox import Letterbox
-from napari_sam3.imagery.raster import Raster, read_raster
+from napari_sam3.imagery.raster import Raster, raster_info, read_raster
 from napari_sam3.imagery.stretch import to_model_rgb
 from napari_sam3.prompts.concept import Concept
 from napari_sam3.prompts.tokenizer import tokenize
@@ -229,8 +229,14 @@ class Sam3Client:
     def prepare(self, image: ImageLike, bands: Sequence[int | str] | None = None) -> PreparedImage:
         """Any raster path or array -> the letterboxed uint8 model input."""
         if isinstance(image, str | os.PathLike):
+            info = raster_info(Path(image))  # the size first: nothing is read past the bound
+            validate.image_side(info.rows, info.cols, f"raster {Path(image).name}")
+            validate.image_pixels(info.rows, info.cols, f"raster {Path(image).name}")
             image = read_raster(Path(image), bands=bands)
             bands = None
+        elif isinstance(image, Raster | np.ndarray):
+            rows, cols = _plane_shape(image)
+            validate.image_pixels(rows, cols)
         if isinstance(image, Raster):
             rgb = to_model_rgb(image, bands=bands)
         elif isinstance(image, np.ndarray):
@@ -269,24 +275,13 @@ class Sam3Client:
             if labels is not None:
                 raise ValueError("exemplar_labels given without exemplar_boxes")
             return slots
-        boxes = validate.boxes(boxes, "exemplar boxes")
-        flat = (boxes[:, 2] <= boxes[:, 0]) | (boxes[:, 3] <= boxes[:, 1])
-        if flat.any():
-            i = int(np.flatnonzero(flat)[0])
-            raise ValueError(
-                f"exemplar box {i} {boxes[i].tolist()} has zero area (need x2 > x1 and y2 > y1): "
-                "draw a box around one example object"
-            )
+        rows, cols = letterbox.image_shape
+        boxes = validate.exemplar_boxes(boxes, size=(cols, rows))
         if len(boxes) > k:
             raise ValueError(f"at most {k} exemplar boxes fit one request, got {len(boxes)}")
         if labels is None:
             labels = np.ones(len(boxes), np.int64)
-        labels = np.asarray(labels)
-        if labels.shape != (len(boxes),) or not np.isin(labels, (0, 1)).all():
-            raise ValueError(
-                f"exemplar_labels must be one 1 (positive) or 0 (negative) per box; "
-                f"got {labels.tolist()} for {len(boxes)} boxes"
-            )
+        labels = validate.exemplar_labels(labels, len(boxes))
         n = len(boxes)
         slots[contract.EXEMPLAR_BOXES][0, :n] = letterbox.boxes_to_model(boxes)
         slots[contract.EXEMPLAR_LABELS][0, :n] = labels.astype(np.int64)
@@ -552,3 +547,12 @@ def _named_concepts(concepts, check) -> list[tuple[str, Concept]]:
 def _check_dedup(dedup) -> None:
     if dedup is not None:
         validate.unit_interval("dedup", dedup, open_low=True, hint="(or None to keep every mask)")
+
+
+def _plane_shape(image) -> tuple[int, int]:
+    """(rows, cols) of an image array or Raster from its shape alone (a memmap is not read):
+    the two largest of a 3-D shape (bands are few), or a 2-D shape."""
+    shape = image.data.shape if isinstance(image, Raster) else np.shape(image)
+    if len(shape) == 3:
+        shape = sorted(shape)[1:]
+    return (int(shape[0]), int(shape[-1])) if len(shape) >= 2 else (1, 1)

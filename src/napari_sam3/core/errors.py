@@ -11,6 +11,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1  # it ran and failed: a scene, a server that became unhealthy, a lost connection
 EXIT_REFUSED = 2  # refused before anything ran: arguments, files, setup
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it): nothing partial written
 
 
 class Sam3Error(Exception):
@@ -23,3 +24,8 @@ class RefusedError(Sam3Error):
     """Bad input or setup, found before anything ran."""
 
     exit_code = EXIT_REFUSED
+
+
+class InvalidInput(RefusedError, ValueError):
+    """A value a caller passed, or a tensor a request carried, that breaks a rule of
+    `core/validate.py`: the same message in the client, the embedded engine and the server."""

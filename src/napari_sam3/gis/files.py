@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pa
     """Yields a temporary path beside `path`; moved onto `path` only if the block succeeds."""
     path = Path(path)
     check_target(path, overwrite)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=path.suffix, dir=path.parent)
     os.close(fd)
     os.unlink(tmp)  # writers such as GDAL want to create the file themselves
     tmp_path = Path(tmp)
@@ -37,6 +38,22 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pa
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove what `atomic_path` left beside `path` when its process was ended mid-write
+    (a kill runs no cleanup); the removed paths. Only for a folder this process holds."""
+    path = Path(path)
+    removed = []
+    for leftover in path.parent.glob(f"{glob.escape(_temporary_prefix(path))}*{path.suffix}"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+            removed.append(leftover)
+    return removed
 
 
 def _fsync(path: Path) -> None:

@@ -93,14 +93,7 @@ class Letterbox:
         """
         arr, single = self._boxes(boxes, "boxes_to_model")
         rows, cols = self.image_shape
-        outside = (arr[:, 0] >= cols) | (arr[:, 2] <= 0) | (arr[:, 1] >= rows) | (arr[:, 3] <= 0)
-        if outside.any():
-            i = int(np.flatnonzero(outside)[0])
-            raise ValueError(
-                f"box {i} {arr[i].tolist()} (xyxy, image pixels) lies outside the image of "
-                f"{cols} x {rows} pixels (width x height); boxes must overlap the image."
-            )
-        clipped = self._clip(arr, 4)
+        clipped = validate.boxes_on_image(arr, (cols, rows))
         out = clipped * np.tile(self.scale_xy, 2)
         return out[0] if single else out
 

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 import rasterio
-from rasterio.errors import NotGeoreferencedWarning, RasterioError
+from rasterio.errors import RasterioError
 from rasterio.windows import Window
 
-from napari_sam3.imagery.raster import PathLike, RasterInfo, raster_info
+from napari_sam3.imagery.raster import PathLike, RasterInfo, open_dataset, raster_info
 
 TARGET_CHUNK = 512  # chunk side (pixels) aimed at: a few ms to read, a few per screen
 COARSEST_SIDE = 1024  # decimate until the longest side is at most this
@@ -50,8 +50,6 @@ _MAX_READ = 2048
 # chunk cache below keeps what is reused, so GDAL's is bounded during our reads (MB).
 _GDAL_CACHE_MB = 64
 DEFAULT_CACHE_BYTES = 128 * 2**20  # per opened raster; a full-HD view of level 0 is ~20 MB
-
-_OPEN_LOCK = threading.Lock()  # warnings.catch_warnings is not thread-safe
 
 
 @dataclass(frozen=True)
@@ -263,12 +261,9 @@ class _ChunkCache:
         self._bytes -= value.nbytes
 
 
-def _open(path: Path, overview: int | None = None):
-    with _OPEN_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("ignore", NotGeoreferencedWarning)
-        if overview is None:
-            return rasterio.open(path)
-        return rasterio.open(path, overview_level=overview)
+def _open(path: Path | str, overview: int | None = None):
+    """A dataset to use in ``with`` (a URL's network options held while it is open)."""
+    return open_dataset(path, overview)
 
 
 def _read_decimated(path, overview, factor, base_shape, rows, cols) -> np.ndarray:

@@ -10,13 +10,21 @@ Conventions:
   side is at most ``max_size``; the returned transform describes the decimated grid.
 - Several single-band files (Sentinel-2 ships one JPEG 2000 per band) are stacked by passing a list
   of paths; they must share shape, CRS, transform and dtype.
+- A path may be an ``http(s)://`` URL (a Cloud-Optimised GeoTIFF on a server): it is read with
+  range requests, only the blocks a read needs (:mod:`napari_sam3.imagery.remote`).
+- ``gsd`` (metres) reads on a resampled grid whose pixels cover ``gsd`` metres on the ground
+  (:func:`ground_grid`): ``raster_info`` describes that grid and ``window`` is in its pixels.
+  Coarser than the raster: area average; finer: bilinear.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
 import re
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -33,9 +41,20 @@ from rasterio.windows import Window
 
 from napari_sam3.core import validate
 from napari_sam3.imagery.bands import BandKey, resolve_bands
+from napari_sam3.imagery.remote import (
+    file_name,
+    is_remote,
+    network_env,
+    remote_driver,
+    remote_error,
+)
 
 PathLike = str | os.PathLike[str]
 WindowLike = Window | tuple[slice, slice]
+Source = Path | str  # a local file, or a URL kept as given
+# Upsampling beyond this invents pixels without adding anything the model could use.
+MAX_UPSAMPLING = 16
+_OPEN_LOCK = threading.Lock()  # warnings.catch_warnings is not thread-safe
 
 # Sentinel-2 product file names end in the band id: T33UUU_20170216T102101_B8A.jp2, ..._B04_10m.jp2
 _S2_BAND = re.compile(r"(?:^|_)(B(?:0[1-9]|1[0-2]|8A))(?:_\d+m)?$", re.IGNORECASE)
@@ -45,7 +64,7 @@ _S2_BAND = re.compile(r"(?:^|_)(B(?:0[1-9]|1[0-2]|8A))(?:_\d+m)?$", re.IGNORECAS
 class RasterInfo:
     """What a raster holds, read from its header only (no pixels)."""
 
-    path: Path | tuple[Path, ...]
+    path: Source | tuple[Source, ...]
     shape: tuple[int, int, int]  # (bands, rows, cols)
     dtype: np.dtype
     crs: CRS | None
@@ -80,7 +99,7 @@ class Raster:
     transform: Affine
     nodata: float | None
     band_names: tuple[str, ...]
-    path: Path | tuple[Path, ...]
+    path: Source | tuple[Source, ...]
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -95,9 +114,59 @@ class Raster:
         return _resolve_bands([band], self.band_names, _describe_path(self.path))[0]
 
 
-def raster_info(path: PathLike | Sequence[PathLike]) -> RasterInfo:
-    """Shape, CRS, transform, dtype, nodata and band names of a file (or a stack) without its pixels."""
-    return _inspect(path)[0]
+def raster_info(path: PathLike | Sequence[PathLike], *, gsd: float | None = None) -> RasterInfo:
+    """Shape, CRS, transform, dtype, nodata and band names of a file (or a stack) without its
+    pixels; with ``gsd``, of the resampled grid (:func:`ground_grid`)."""
+    info = _inspect(path)[0]
+    if gsd is None:
+        return info
+    transform, rows, cols, _, _ = ground_grid(info, gsd)
+    return dataclasses.replace(info, shape=(info.count, rows, cols), transform=transform)
+
+
+def ground_grid(info: RasterInfo, gsd: float) -> tuple[Affine, int, int, float, float]:
+    """The grid whose square pixels cover ``gsd`` metres on the ground, over the raster's extent:
+    (transform, rows, cols, native pixels per grid pixel down, across).
+
+    It starts at the raster's top-left corner, in the raster's CRS, so its georeferencing is
+    exact; it covers the raster but for a sliver narrower than one grid pixel at the right and
+    bottom edges. ``gsd`` is in metres whatever the CRS's linear unit (feet are converted).
+    """
+    label = _describe_path(info.path)
+    if isinstance(gsd, bool) or not isinstance(gsd, int | float | np.integer | np.floating):
+        raise ValueError(f"gsd must be a number of metres such as 10, got {gsd!r}")
+    if not math.isfinite(gsd) or gsd <= 0:
+        raise ValueError(f"gsd must be a positive number of metres, got {gsd!r}")
+    if info.crs is None:
+        raise ValueError(
+            f"{label} has no CRS, so its pixels have no size on the ground: gsd needs a "
+            "georeferenced raster (or leave gsd out to use its pixels as they are)"
+        )
+    if not info.crs.is_projected:
+        raise ValueError(
+            f"{label} is in {info.crs.to_string()}, whose units are degrees: gsd (metres) needs "
+            "a projected CRS; reproject the raster (e.g. gdalwarp -t_srs EPSG:326XX) first"
+        )
+    t = info.transform
+    if t.b != 0 or t.d != 0:
+        raise ValueError(f"{label} is rotated or sheared; gsd needs a north-up raster")
+    _, metres = info.crs.linear_units_factor
+    step = float(gsd) / metres  # in CRS units
+    across, down = step / abs(t.a), step / abs(t.e)
+    if min(across, down) < 1 / MAX_UPSAMPLING:
+        raise ValueError(
+            f"gsd {gsd:g} m would upsample {label} ({abs(t.a) * metres:g} m pixels) more than "
+            f"{MAX_UPSAMPLING} times; use a gsd of at least {abs(t.a) * metres / MAX_UPSAMPLING:g} m"
+        )
+    rows = math.floor(info.rows / down + 1e-9)
+    cols = math.floor(info.cols / across + 1e-9)
+    if rows < 1 or cols < 1:
+        raise ValueError(
+            f"gsd {gsd:g} m is coarser than {label} itself ({info.rows} x {info.cols} pixels of "
+            f"{abs(t.a) * metres:g} m); use a smaller gsd"
+        )
+    transform = t @ Affine.scale(across, down)
+    return transform, rows, cols, down, across
 
 
 def read_raster(
@@ -106,6 +175,7 @@ def read_raster(
     window: WindowLike | None = None,
     *,
     max_size: int | None = None,
+    gsd: float | None = None,
 ) -> Raster:
     """Read a raster file, or stack several single-band files, into a :class:`Raster`.
 
@@ -115,17 +185,32 @@ def read_raster(
         window: the part to read, a rasterio ``Window`` or ``(row_slice, col_slice)``; default whole.
         max_size: if given, read a nearest-neighbour decimated grid whose longest side is at most
             this many pixels (fast on JPEG 2000 and on GeoTIFFs with overviews).
+        gsd: read the grid of :func:`ground_grid` (pixels of ``gsd`` metres); ``window`` is in
+            its pixels.
 
     Raises:
         FileNotFoundError: a file does not exist.
         ValueError: a file is not a readable raster, the files of a stack do not match, or
-            ``bands``/``window``/``max_size`` do not fit the raster.
+            ``bands``/``window``/``max_size``/``gsd`` do not fit the raster (a URL that cannot be
+            read: :class:`~napari_sam3.imagery.remote.RemoteRasterError`, a ValueError).
     """
     info, headers = _inspect(path)
     label = _describe_path(info.path)
     wanted = _resolve_bands(_as_list(bands), info.band_names, label)
-    win = _to_window(window, info.rows, info.cols, label)
+    resampling = Resampling.nearest
+    grid, (down, across) = info.transform, (1.0, 1.0)
+    rows, cols = info.rows, info.cols
+    if gsd is not None:
+        grid, rows, cols, down, across = ground_grid(info, gsd)
+        resampling = Resampling.average if min(down, across) > 1 else Resampling.bilinear
+    win = _to_window(window, rows, cols, label)
     out_rows, out_cols = _decimated_shape(win, max_size)
+    source = Window(
+        win.col_off * across,
+        win.row_off * down,
+        min(win.width * across, info.cols - win.col_off * across),
+        min(win.height * down, info.rows - win.row_off * down),
+    )
 
     # Map each wanted stack band to (file, band-in-file); read each file once.
     per_file = [h.count for h in headers]
@@ -143,9 +228,9 @@ def read_raster(
         if not slots:
             continue
         indexes = [owners[i][1] for i in slots]
-        data[slots] = _read_pixels(header.path, indexes, win, (out_rows, out_cols))
+        data[slots] = _read_pixels(header.path, indexes, source, (out_rows, out_cols), resampling)
 
-    transform = (info.transform @ Affine.translation(win.col_off, win.row_off)) @ Affine.scale(
+    transform = (grid @ Affine.translation(win.col_off, win.row_off)) @ Affine.scale(
         win.width / out_cols, win.height / out_rows
     )
     return Raster(
@@ -163,7 +248,7 @@ def read_raster(
 
 @dataclass(frozen=True)
 class _Header:
-    path: Path
+    path: Source
     count: int
     rows: int
     cols: int
@@ -192,7 +277,7 @@ def _inspect(path: PathLike | Sequence[PathLike]) -> tuple[RasterInfo, list[_Hea
     return info, headers
 
 
-def _sources(path: PathLike | Sequence[PathLike]) -> list[Path]:
+def _sources(path: PathLike | Sequence[PathLike]) -> list[Source]:
     if isinstance(path, str | os.PathLike):
         items = [path]
     elif isinstance(path, Sequence):
@@ -208,27 +293,93 @@ def _sources(path: PathLike | Sequence[PathLike]) -> list[Path]:
     for item in items:
         if not isinstance(item, str | os.PathLike):
             raise ValueError(f"expected a file path, got {type(item).__name__}: {item!r}.")
-        p = Path(item)
         text = os.fspath(item)
-        remote = "://" in text or text.startswith("/vsi")
-        if not remote and not p.exists():
+        if is_remote(text):
+            sources.append(text)  # a URL stays as given (Path would fold its "//")
+            continue
+        p = Path(item)
+        if "://" not in text and not text.startswith("/vsi") and not p.exists():
             raise FileNotFoundError(f"raster file not found: {text}")
         sources.append(p)
     return sources
 
 
 @contextmanager
-def _open(path: Path) -> Iterator[rasterio.io.DatasetReader]:
-    # Plain PNG/JPEG files have no georeferencing: crs None and the identity transform, silently.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NotGeoreferencedWarning)
-        with rasterio.open(path) as ds:
-            yield ds
+def open_dataset(
+    path: Source, overview_level: int | None = None
+) -> Iterator[rasterio.io.DatasetReader]:
+    """``rasterio.open`` for every read of a raster: a URL opens inside
+    :func:`~napari_sam3.imagery.remote.network_env` (held for the block, so its reads use it too)
+    with one driver only, and within :func:`keep_remote_open` is opened once; plain PNG/JPEG
+    files open without a georeferencing warning."""
+    remote = is_remote(path)
+    kwargs: dict = {} if overview_level is None else {"overview_level": overview_level}
+    with contextlib.ExitStack() as stack:
+        if remote:
+            stack.enter_context(network_env())
+            kwargs["driver"] = remote_driver(os.fspath(path))
+            pooled = _pooled(stack, (os.fspath(path), overview_level), kwargs)
+            if pooled is not None:
+                yield pooled
+                return
+        with _OPEN_LOCK, warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotGeoreferencedWarning)
+            ds = stack.enter_context(rasterio.open(path, **kwargs))
+        yield ds
 
 
-def _header(path: Path) -> _Header:
+@contextmanager
+def keep_remote_open() -> Iterator[None]:
+    """Within the block, each remote raster is opened once and its handle reused (one reader at
+    a time): GDAL's block cache then serves the blocks that overlapping tiles and the scene's
+    statistics share, instead of fetching them again. Closed when the outermost block ends."""
+    global _pool_depth, _pool
+    with _POOL_LOCK:
+        _pool_depth += 1
+        _pool = {} if _pool is None else _pool
     try:
-        with _open(path) as ds:
+        yield
+    finally:
+        with _POOL_LOCK:
+            _pool_depth -= 1
+            if _pool_depth == 0:
+                pool, _pool = _pool or {}, None
+                for ds, lock in pool.values():
+                    with lock:
+                        ds.close()
+
+
+_POOL_LOCK = threading.Lock()
+_pool_depth = 0
+_pool: dict[tuple[str, int | None], tuple[rasterio.io.DatasetReader, threading.Lock]] | None = None
+
+
+def _pooled(stack: contextlib.ExitStack, key, kwargs) -> rasterio.io.DatasetReader | None:
+    """The pooled handle of ``key`` (opened now if need be), held by ``stack``; None outside a
+    :func:`keep_remote_open` block."""
+    with _POOL_LOCK:
+        if _pool is None:
+            return None
+        entry = _pool.get(key)
+        if entry is None:
+            entry = _pool[key] = (None, threading.Lock())
+    ds, lock = entry
+    stack.enter_context(lock)
+    if ds is None or ds.closed:
+        with _OPEN_LOCK, warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotGeoreferencedWarning)
+            ds = rasterio.open(key[0], **kwargs)
+        with _POOL_LOCK:
+            if _pool is not None:
+                _pool[key] = (ds, lock)
+            else:  # the block ended meanwhile: nobody else will close it
+                stack.callback(ds.close)
+    return ds
+
+
+def _header(path: Source) -> _Header:
+    try:
+        with open_dataset(path) as ds:
             nodatas = {v for v in ds.nodatavals if v is not None}
             if len(nodatas) > 1:
                 raise ValueError(
@@ -251,15 +402,21 @@ def _header(path: Path) -> _Header:
                 names=_band_names(path, ds.descriptions),
             )
     except RasterioError as exc:
+        if is_remote(path):
+            raise remote_error(os.fspath(path), exc) from None
         raise ValueError(
             f"cannot read {path} as a raster (GeoTIFF, JPEG 2000, PNG, JPEG): {exc}"
         ) from exc
 
 
-def _band_names(path: Path, descriptions: Sequence[str | None]) -> tuple[str, ...]:
+def _stem(path: Source) -> str:
+    return Path(file_name(path)).stem
+
+
+def _band_names(path: Source, descriptions: Sequence[str | None]) -> tuple[str, ...]:
     names = [d.strip() if d and d.strip() else None for d in descriptions]
     if len(names) == 1 and names[0] is None:
-        match = _S2_BAND.search(path.stem)
+        match = _S2_BAND.search(_stem(path))
         if match:
             names[0] = match.group(1).upper()
     names = [n if n is not None else f"band_{i}" for i, n in enumerate(names, start=1)]
@@ -270,7 +427,7 @@ def _stack_names(headers: list[_Header]) -> tuple[str, ...]:
     names = [n for h in headers for n in h.names]
     if len(headers) > 1 and len(set(names)) < len(names):
         # Same names in different files (e.g. band_1 twice): qualify them with the file stem.
-        names = [f"{h.path.stem}:{n}" for h in headers for n in h.names]
+        names = [f"{_stem(h.path)}:{n}" for h in headers for n in h.names]
     return tuple(names)
 
 
@@ -290,7 +447,7 @@ def _check_stackable(headers: list[_Header]) -> None:
             problems.append(f"nodata {h.nodata} vs {first.nodata}")
         if problems:
             raise ValueError(
-                f"cannot stack {h.path.name} onto {first.path.name}: "
+                f"cannot stack {file_name(h.path)} onto {file_name(first.path)}: "
                 + "; ".join(problems)
                 + ". Stack only bands on the same grid (resample first, e.g. 20 m bands to 10 m)."
             )
@@ -300,10 +457,10 @@ def _isnan(value: float | None) -> bool:
     return value is not None and math.isnan(value)
 
 
-def _describe_path(path: Path | tuple[Path, ...]) -> str:
-    if isinstance(path, Path):
-        return path.name
-    return "[" + ", ".join(p.name for p in path) + "]"
+def _describe_path(path: Source | tuple[Source, ...]) -> str:
+    if isinstance(path, tuple):
+        return "[" + ", ".join(file_name(p) for p in path) + "]"
+    return file_name(path)
 
 
 def _as_list(bands: Sequence[BandKey] | BandKey | None) -> list[BandKey] | None:
@@ -373,17 +530,23 @@ def _decimated_shape(win: Window, max_size: int | None) -> tuple[int, int]:
 
 
 def _read_pixels(
-    path: Path, indexes: list[int], win: Window, out_shape: tuple[int, int]
+    path: Source,
+    indexes: list[int],
+    win: Window,
+    out_shape: tuple[int, int],
+    resampling: Resampling = Resampling.nearest,
 ) -> np.ndarray:
     try:
-        with _open(path) as ds:
+        with open_dataset(path) as ds:
             return ds.read(
                 indexes,
                 window=win,
                 out_shape=(len(indexes), *out_shape),
-                resampling=Resampling.nearest,
+                resampling=resampling,
             )
     except RasterioError as exc:
+        if is_remote(path):
+            raise remote_error(os.fspath(path), exc, "read the pixels of") from None
         raise ValueError(
             f"cannot read the pixels of {path} (damaged or truncated file?): {exc}"
         ) from exc

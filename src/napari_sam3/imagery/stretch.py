@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from napari_sam3.imagery.bands import BandKey, resolve_bands
-from napari_sam3.imagery.raster import PathLike, Raster, read_raster
+from napari_sam3.imagery.raster import PathLike, Raster, WindowLike, read_raster
 
 _CHUNK_PIXELS = 1 << 21  # rows per chunk are sized so temporaries stay ~16 MB
 _MAX_SAMPLES = 1 << 22  # float bands: percentiles from at most this many pixels
@@ -133,12 +133,16 @@ def scene_stretch(
     percentiles: tuple[float, float] = (2, 98),
     max_size: int = 2048,
     nodata: float | None = None,
+    window: WindowLike | None = None,
+    gsd: float | None = None,
 ) -> StretchStats:
     """Stretch limits for a whole scene from a decimated read (longest side at most ``max_size``).
 
     Pass the result as ``stats=`` to :func:`to_model_rgb` for every tile of the scene.
+    ``window`` limits it to a part of the scene (an area of interest), in pixels of the ``gsd``
+    grid when ``gsd`` is given (as :func:`~napari_sam3.imagery.raster.read_raster`).
     """
-    raster = read_raster(path, bands=bands, max_size=max_size)
+    raster = read_raster(path, bands=bands, window=window, max_size=max_size, gsd=gsd)
     return compute_stretch(raster, percentiles=percentiles, nodata=nodata)
 
 

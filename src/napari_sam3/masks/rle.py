@@ -20,6 +20,8 @@ __all__ = [
     "MAGIC",
     "RleMask",
     "RleMasks",
+    "RlePayload",
+    "as_rle_masks",
     "decode_mask",
     "decode_masks",
     "encode_mask",
@@ -38,6 +40,8 @@ _U32_MAX = 2**32 - 1
 _MAX_VARINT_BYTES = 9
 # Keeps batch-wide flat positions (mask index * H * W + pixel) inside int64.
 _MAX_TOTAL_PIXELS = 2**62
+# Values encoded per vectorised step of _leb128_encode.
+_LEB128_CHUNK = 1 << 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +265,7 @@ class RleMasks:
         self._areas: np.ndarray | None = None
         self._bboxes: np.ndarray | None = None
         self._intervals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._source: tuple[RleMasks, np.ndarray] | None = None
         return self
 
     @classmethod
@@ -271,6 +276,51 @@ class RleMasks:
         starts, ends = _intervals_from_dense(masks)
         runs, counts = _runs_from_intervals(starts, ends, n, h * w)
         return cls._from_runs(runs, counts, (h, w))
+
+    @classmethod
+    def from_crops(
+        cls, crops: Sequence[tuple[int, int, np.ndarray] | None], shape: tuple[int, int]
+    ) -> RleMasks:
+        """A batch from each mask's ``(row, col, bool pixels)`` window (None: an empty mask),
+        encoded from the windows alone; the foreground intervals found on the way are kept
+        (areas, boxes and dedup need them)."""
+        h, w = (int(v) for v in shape)
+        n = len(crops)
+        starts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        ends: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        k = np.zeros(n, dtype=np.int64)
+        boxes = np.zeros((n, 4), dtype=np.int64)
+        for i, crop in enumerate(crops):
+            if crop is None:
+                continue
+            row, col, pixels = crop
+            pixels = _check_dense(pixels, ndim=2)
+            ph, pw = pixels.shape
+            if row < 0 or col < 0 or row + ph > h or col + pw > w:
+                raise ValueError(
+                    f"a crop of {ph}x{pw} at row {row}, column {col} does not fit a mask of {h}x{w}"
+                )
+            ys = np.flatnonzero(pixels.any(axis=1))
+            if ys.size == 0:
+                continue
+            y0, y1 = int(ys[0]), int(ys[-1]) + 1
+            xs = np.flatnonzero(pixels[y0:y1].any(axis=0))
+            boxes[i] = (col + xs[0], row + y0, col + xs[-1] + 1, row + y1)
+            s, e = _band_intervals(pixels[y0:y1], (int(row) + y0) * w + int(col), w)
+            starts.append(s)
+            ends.append(e)
+            k[i] = s.size
+        # positions within each mask, then batch-wide (mask index * H * W + position)
+        owner = np.repeat(np.arange(n, dtype=np.int64), k)
+        local_start, local_end = np.concatenate(starts), np.concatenate(ends)
+        shift = owner * (h * w)
+        runs, counts = _runs_from_intervals(local_start + shift, local_end + shift, n, h * w, k)
+        batch = cls._from_runs(runs, counts, (h, w))
+        for a in (owner, local_start, local_end, boxes):
+            a.flags.writeable = False
+        batch._intervals = (owner, local_start, local_end)
+        batch._bboxes = boxes
+        return batch
 
     @classmethod
     def stack(cls, masks: Sequence[RleMask], shape: tuple[int, int] | None = None) -> RleMasks:
@@ -383,12 +433,67 @@ class RleMasks:
             raise ValueError(f"index out of range for {n} masks")
         idx = np.where(idx < 0, idx + n, idx).astype(np.int64)
         counts = self._counts[idx]
-        starts = self._offsets[idx]
-        within = np.arange(counts.sum(), dtype=np.int64) - np.repeat(
-            np.cumsum(counts) - counts, counts
+        is_range = bool(idx.size) and bool(np.all(np.diff(idx) == 1))
+        if is_range:  # a re-filtered prefix, a keyword's share: a view
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            runs = self._runs[self._offsets[lo] : self._offsets[hi]]
+        else:
+            starts = self._offsets[idx]
+            within = np.arange(counts.sum(), dtype=np.int64) - np.repeat(
+                np.cumsum(counts) - counts, counts
+            )
+            runs = self._runs[np.repeat(starts, counts) + within]
+        taken = RleMasks._from_runs(runs, counts, self._shape)
+        root, index = self.source()
+        taken._source = (root, index[idx])
+        # what is known already of these masks comes along (dedup reads all three)
+        if self._areas is not None:
+            taken._areas = _frozen(self._areas[idx])
+        if self._bboxes is not None:
+            taken._bboxes = _frozen(self._bboxes[idx])
+        if self._intervals is not None and is_range:  # intervals are sorted by mask
+            owner, start, end = self._intervals
+            a, b = np.searchsorted(owner, [lo, hi])
+            taken._intervals = (_frozen(owner[a:b] - lo), start[a:b], end[a:b])
+        return taken
+
+    @classmethod
+    def concat(cls, batches: Sequence[RleMasks], shape: tuple[int, int]) -> RleMasks:
+        """Batches of one ``shape`` as one, in order, with what is known of them already."""
+        batches = list(batches)
+        shape = (int(shape[0]), int(shape[1]))
+        for b in batches:
+            if b.shape != shape:
+                raise ValueError(f"masks of {b.shape} cannot join a batch of {shape}")
+        if len(batches) == 1:
+            return batches[0]
+        empty = np.zeros(0, np.int64)
+        out = cls._from_runs(
+            np.concatenate([empty, *(b._runs for b in batches)]),
+            np.concatenate([empty, *(b._counts for b in batches)]),
+            shape,
         )
-        runs = self._runs[np.repeat(starts, counts) + within]
-        return RleMasks._from_runs(runs, counts, self._shape)
+        if batches and all(b._bboxes is not None for b in batches):
+            out._bboxes = _frozen(np.concatenate([b._bboxes for b in batches]))
+        if batches and all(b._intervals is not None for b in batches):
+            first = np.cumsum([0] + [len(b) for b in batches])
+            parts = [b._intervals for b in batches]
+            out._intervals = tuple(
+                _frozen(
+                    np.concatenate(
+                        [p[k] + (first[i] if k == 0 else 0) for i, p in enumerate(parts)]
+                    )
+                )
+                for k in range(3)
+            )
+        return out
+
+    def source(self) -> tuple[RleMasks, np.ndarray]:
+        """``(batch, indices)``: the batch this one was taken from (through any number of
+        :meth:`take`) and where its masks sit there; ``(self, arange(N))`` for an original."""
+        if self._source is None:
+            return self, np.arange(len(self), dtype=np.int64)
+        return self._source
 
     def to_dense(self) -> np.ndarray:
         """All masks as a bool ``[N, H, W]`` array."""
@@ -418,6 +523,70 @@ class RleMasks:
         return np.arange(self._runs.size, dtype=np.int64) - np.repeat(
             self._offsets[:-1], self._counts
         )
+
+
+class RlePayload:
+    """A mask batch on its way out of a model: the payload bytes are made only when asked for.
+
+    A model hands its masks over as this object. In the same process (the embedded engine) the
+    reader takes :attr:`masks` as they are (:func:`as_rle_masks`): no bytes are written or
+    parsed. Where the result crosses a process boundary (Triton's Python backend turns every
+    output into an array) ``np.asarray(payload)`` is the uint8 payload of docs/rle.md, encoded
+    once.
+    """
+
+    __slots__ = ("_bytes", "masks")
+
+    def __init__(self, masks: RleMasks) -> None:
+        if not isinstance(masks, RleMasks):
+            raise ValueError(f"RlePayload holds RleMasks, got {type(masks).__name__}")
+        self.masks = masks
+        self._bytes: bytes | None = None
+
+    def to_bytes(self) -> bytes:
+        if self._bytes is None:
+            self._bytes = self.masks.to_bytes()
+        return self._bytes
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        array = np.frombuffer(self.to_bytes(), dtype=np.uint8)
+        return array if dtype is None else array.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"RlePayload({self.masks!r})"
+
+
+def as_rle_masks(
+    value: Any, shape: tuple[int, int] | None = None, max_count: int | None = None
+) -> RleMasks:
+    """The masks of a model's ``masks_rle`` output: an in-process :class:`RlePayload`'s batch as
+    it is, or the uint8 payload decoded (:func:`decode_masks`). Both are checked against
+    ``shape`` and ``max_count`` alike."""
+    if not isinstance(value, RlePayload):
+        return decode_masks(np.asarray(value, dtype=np.uint8).tobytes(), shape, max_count)
+    _check_claim(len(value.masks), *value.masks.shape, shape, max_count)
+    return value.masks
+
+
+def _check_claim(
+    n: int, h: int, w: int, shape: tuple[int, int] | None, max_count: int | None
+) -> None:
+    """Refuse a batch of another frame or more masks than the request can produce."""
+    if shape is not None and (h, w) != (int(shape[0]), int(shape[1])):
+        raise ValueError(
+            f"RLE payload claims masks of {h}x{w}, but this request makes "
+            f"{int(shape[0])}x{int(shape[1])} masks: refused (wrong or corrupt server answer)"
+        )
+    if max_count is not None and n > max_count:
+        raise ValueError(
+            f"RLE payload claims {n} masks, but this request makes at most {max_count}: "
+            "refused (wrong or corrupt server answer)"
+        )
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,41 +651,32 @@ def _band_intervals(band: np.ndarray, offset: int, w: int) -> tuple[np.ndarray, 
 
 
 def _runs_from_intervals(
-    starts: np.ndarray, ends: np.ndarray, n: int, hw: int
+    starts: np.ndarray, ends: np.ndarray, n: int, hw: int, k: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Canonical runs and per-mask run counts from sorted, non-adjacent batch-wide intervals."""
+    """Canonical runs and per-mask run counts from sorted, non-adjacent batch-wide intervals
+    (``k``: the number of intervals of each mask, where known)."""
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if hw == 0:
         return np.zeros(0, np.int64), np.zeros(n, np.int64)
-    owner = starts // hw
-    k = np.bincount(owner, minlength=n).astype(np.int64)
-    first = np.cumsum(k) - k
-    local_start = starts - owner * hw
-    local_end = ends - owner * hw
-    t = np.arange(starts.size, dtype=np.int64) - first[owner]
-    prev_end = np.zeros(starts.size, dtype=np.int64)
-    prev_end[1:] = local_end[:-1]
-    prev_end[t == 0] = 0
-    # Layout per mask: gap, length, gap, length, ..., trailing background.
-    slots = 2 * k + 1
-    slot_offset = np.cumsum(slots) - slots
-    runs = np.empty(int(slots.sum()), dtype=np.int64)
-    base = slot_offset[owner] + 2 * t
-    runs[base] = local_start - prev_end
-    runs[base + 1] = local_end - local_start
-    last_end = np.zeros(n, dtype=np.int64)
-    has = k > 0
-    last_end[has] = local_end[first[has] + k[has] - 1]
-    trailing = hw - last_end
-    runs[slot_offset + 2 * k] = trailing
+    if k is None:
+        k = np.bincount(starts // hw, minlength=n).astype(np.int64)
+    # The runs are the gaps between consecutive edges: each mask's start, its intervals'
+    # starts and ends, and the next mask's start (batch-wide positions, so all sorted).
+    edges = np.empty(2 * starts.size, dtype=np.int64)
+    edges[0::2] = starts
+    edges[1::2] = ends
+    before = np.cumsum(2 * k) - 2 * k  # where mask i's first edge sits in `edges`
+    edges = np.insert(edges, np.append(before, edges.size), np.arange(n + 1, dtype=np.int64) * hw)
+    runs = np.diff(edges)
     # A mask whose last pixel is foreground has no trailing background run.
-    drop = trailing == 0
+    last = before + 2 * k + np.arange(n)  # the run ending at the next mask's start
+    drop = runs[last] == 0
     if drop.any():
         keep = np.ones(runs.size, dtype=bool)
-        keep[(slot_offset + 2 * k)[drop]] = False
+        keep[last[drop]] = False
         runs = runs[keep]
-    return runs, slots - drop
+    return runs, 2 * k + 1 - drop
 
 
 def _intervals_from_runs(
@@ -588,16 +748,7 @@ def _unpack(
         )
     if flags != 0 or reserved != 0:
         raise ValueError(f"RLE header has unknown flags {flags:#x} / reserved {reserved:#x}")
-    if shape is not None and (h, w) != (int(shape[0]), int(shape[1])):
-        raise ValueError(
-            f"RLE payload claims masks of {h}x{w}, but this request makes "
-            f"{int(shape[0])}x{int(shape[1])} masks: refused (wrong or corrupt server answer)"
-        )
-    if max_count is not None and n > max_count:
-        raise ValueError(
-            f"RLE payload claims {n} masks, but this request makes at most {max_count}: "
-            "refused (wrong or corrupt server answer)"
-        )
+    _check_claim(n, h, w, shape, max_count)
     if len(buf) != HEADER_SIZE + body_len:
         what = "truncated" if len(buf) < HEADER_SIZE + body_len else "has trailing bytes"
         raise ValueError(
@@ -649,20 +800,38 @@ def _check_runs(
 
 
 def _leb128_encode(values: np.ndarray) -> np.ndarray:
-    """Unsigned LEB128 of non-negative int64 values: 7 bits a byte, low bits first."""
-    v = values.astype(np.uint64)
-    nbytes = np.ones(v.size, dtype=np.int64)
-    for k in range(1, _MAX_VARINT_BYTES):
-        nbytes += v >= np.uint64(1 << (7 * k))
-    ends = np.cumsum(nbytes)
-    out = np.empty(int(ends[-1]) if ends.size else 0, dtype=np.uint8)
-    starts = ends - nbytes
-    for k in range(int(nbytes.max()) if nbytes.size else 0):
-        sel = np.flatnonzero(nbytes > k)
-        byte = (v[sel] >> np.uint64(7 * k)) & np.uint64(0x7F)
-        more = (nbytes[sel] > k + 1).astype(np.uint64) << np.uint64(7)
-        out[starts[sel] + k] = (byte | more).astype(np.uint8)
-    return out
+    """Unsigned LEB128 of non-negative int64 values: 7 bits a byte, low bits first.
+
+    Vectorised per byte position: a ``[values, width]`` byte table (width from the largest
+    value) whose unused tail bytes are masked out; row-major boolean selection then yields the
+    varints back to back. Chunked so that the temporaries stay small (cache-sized).
+    """
+    v = np.asarray(values).reshape(-1)
+    if v.size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    top = int(v.max())
+    width = max(1, (top.bit_length() + 6) // 7)
+    if width == 1:
+        return v.astype(np.uint8)
+    # Run lengths of a 32-bit frame fit uint32, which halves the memory traffic of uint64.
+    kind = np.uint32 if top < 2**32 else np.uint64
+    low7, shift, flag = kind(0x7F), kind(7), np.uint8(7)
+    parts = []
+    for lo in range(0, v.size, _LEB128_CHUNK):
+        rest = v[lo : lo + _LEB128_CHUNK].astype(kind)
+        table = np.empty((rest.size, width), dtype=np.uint8)
+        used = np.empty((rest.size, width), dtype=bool)
+        used[:, 0] = True
+        for k in range(width):
+            byte = (rest & low7).astype(np.uint8)
+            rest >>= shift
+            more = rest != 0
+            byte |= more.view(np.uint8) << flag
+            table[:, k] = byte
+            if k + 1 < width:
+                used[:, k + 1] = more
+        parts.append(table[used])
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _leb128_decode(body: np.ndarray) -> np.ndarray:

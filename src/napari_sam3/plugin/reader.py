@@ -51,6 +51,10 @@ def get_reader(path: str | Sequence[str]) -> Callable[[Any], list[LayerData]] | 
     that turns out not to be a readable raster gets a notification naming it and why.
     """
     paths = [path] if isinstance(path, str | os.PathLike) else list(path)
+    if len(paths) == 1 and Path(paths[0]).suffix.lower() == ".json":
+        from napari_sam3.imagery.stac import looks_like_stac
+
+        return _read_or_notify if looks_like_stac(paths[0]) else None
     if not paths or not all(Path(p).suffix.lower() in SUFFIXES for p in paths):
         return None
     return _read_or_notify
@@ -80,13 +84,17 @@ def read_layers(path: str | Sequence[str]) -> list[LayerData]:
         ValueError: a file is not a readable raster (or its sampled pixels are damaged).
     """
     from napari_sam3.imagery.raster import raster_info, read_raster
+    from napari_sam3.imagery.remote import is_remote
+    from napari_sam3.imagery.stac import scene_source
 
     if isinstance(path, str | os.PathLike):
         source = path
     else:
         paths = list(path)
         source = paths[0] if len(paths) == 1 else paths
-    if is_small(raster_info(source)):
+    source = scene_source(source)  # a STAC item: its RGB assets
+    remote = any(is_remote(p) for p in (source if isinstance(source, list) else [source]))
+    if not remote and is_small(raster_info(source)):  # a URL always opens lazily
         return raster_layers(read_raster(source))
     from napari_sam3.imagery.pyramid import RasterPyramid
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from napari_sam3.core import contract
+from napari_sam3.core import contract, validate
 from napari_sam3.core.files import read_small_file
 
 FORMAT = "napari-sam3/concept"
@@ -77,10 +77,10 @@ class Concept:
         for name_, spec in specs.items():
             value = np.asarray(self.tensors_[name_])
             _check_array(where, name_, value.dtype, value.shape, tuple(spec.shape))
-            if value.dtype.kind == "f":
-                _check_finite(where, name_, value)
             out[name_] = np.ascontiguousarray(value)
-        _check_padding(where, out[contract.CONCEPT_PADDING_MASK])
+        validate.concept_tensors(
+            out[contract.CONCEPT_TOKENS_NAME], out[contract.CONCEPT_PADDING_MASK], where
+        )
         return out
 
     @property
@@ -203,7 +203,7 @@ def _read(data: bytes, source: str, manifest: contract.Manifest | None) -> Conce
         raise bad(f"boxes have shape {list(boxes.shape)}, expected [N, 4]")
     if labels.shape != (len(boxes),) or not np.isin(labels, (0, 1)).all():
         raise bad(f"labels must be one 0 or 1 per box, got shape {list(labels.shape)}")
-    _check_finite(source, BOXES, boxes)
+    validate.boxes(boxes, BOXES, where=source)
     tokens = tensors[contract.CONCEPT_TOKENS_NAME]
     padding = tensors[contract.CONCEPT_PADDING_MASK]
     if tokens.shape[:2] != padding.shape:
@@ -211,8 +211,7 @@ def _read(data: bytes, source: str, manifest: contract.Manifest | None) -> Conce
             f"{contract.CONCEPT_TOKENS_NAME} {list(tokens.shape)} and "
             f"{contract.CONCEPT_PADDING_MASK} {list(padding.shape)} disagree on the tokens"
         )
-    _check_finite(source, contract.CONCEPT_TOKENS_NAME, tokens)
-    _check_padding(source, padding)
+    validate.concept_tensors(tokens, padding, source)
     concept = Concept(tensors, meta["model_id"], meta["name"], boxes, labels, meta["source"])
     if manifest is not None:
         concept.check_model(manifest.model_id)
@@ -291,23 +290,6 @@ def _check_array(where, name, dtype, shape, expected, bad=None) -> None:
         )
     if name in contract.CONCEPT_OUTPUTS and (not shape or shape[0] != 1):
         raise fail(f"{name} has shape {list(shape)}, expected a batch of 1")
-
-
-def _check_finite(where: str, name: str, value: np.ndarray) -> None:
-    finite = np.isfinite(value)
-    if not finite.all():
-        what = "every value is NaN" if np.isnan(value).all() else "it holds NaN or infinity"
-        raise ValueError(
-            f"{where}: {name} is not a usable concept ({what}); re-encode the exemplars"
-        )
-
-
-def _check_padding(where: str, padding: np.ndarray) -> None:
-    if padding.all():
-        raise ValueError(
-            f"{where}: every concept token is marked as padding, so the concept says nothing; "
-            "re-encode the exemplars"
-        )
 
 
 def _parse_meta(raw: bytes, bad) -> dict:

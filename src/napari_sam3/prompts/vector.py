@@ -110,6 +110,19 @@ def read_vectors(source: Any, crs: Any = None) -> gpd.GeoDataFrame:
     return gdf
 
 
+def _to_crs(gdf: Any, crs: pyproj.CRS, name: str) -> Any:
+    """``gdf`` in the raster's CRS; a pair of CRSs PROJ cannot transform between (a local or
+    engineering CRS, such as LOCAL_CS) is refused in one line."""
+    try:
+        return gdf.to_crs(crs)
+    except pyproj.exceptions.ProjError:
+        raise ValueError(
+            f"{name} cannot be reprojected from {gdf.crs.name!r} to the raster's CRS "
+            f"{crs.name!r} (a local CRS has no transformation to any other): give the "
+            "exemplars in the raster's own CRS, or georeference the raster"
+        ) from None
+
+
 def _georeference(raster: Any) -> tuple[pyproj.CRS, Affine, tuple[int, int]]:
     if isinstance(raster, str | os.PathLike | list | tuple):
         raster = raster_info(raster)
@@ -201,7 +214,7 @@ def exemplar_boxes(
     )
     labels = _labels(gdf, label_column, name)
     raster_crs, transform, (rows, cols) = _georeference(raster)
-    gdf = gdf.to_crs(raster_crs)
+    gdf = _to_crs(gdf, raster_crs, name)
     # Each bounding box's four corners -> pixels (a rotated grid turns them; take their bounds).
     b = gdf.geometry.bounds.to_numpy(dtype=np.float64)
     xs = b[:, [0, 2, 2, 0]]
@@ -241,7 +254,7 @@ def interactive_points(
     )
     labels = _labels(gdf, label_column, name)
     raster_crs, transform, (rows, cols) = _georeference(raster)
-    parts = gdf.assign(_label=labels).to_crs(raster_crs).explode(index_parts=False)
+    parts = _to_crs(gdf.assign(_label=labels), raster_crs, name).explode(index_parts=False)
     px, py = _pixels(transform, parts.geometry.x.to_numpy(), parts.geometry.y.to_numpy())
     outside = ~((px >= 0) & (px < cols) & (py >= 0) & (py < rows))
     if outside.any():

@@ -33,27 +33,28 @@ from collections import OrderedDict
 import numpy as np
 
 if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
-    from napari_sam3.core import contract
-    from napari_sam3.masks.rle import RleMasks, decode_masks, encode_masks
+    from napari_sam3.core import contract, validate
+    from napari_sam3.masks.rle import RleMasks, RlePayload
     from napari_sam3.runtime.postprocess import (
         DEFAULT_MASK_THR,
         DEFAULT_MAX_DET,
         DEFAULT_SCORE_THR,
-        postprocess,
+        postprocess_masks,
         scalar,
-        upsample_threshold,
+        threshold_masks,
     )
 else:  # the copies beside the Triton model, where siblings are plain modules
     import contract
+    import validate
     from postprocess import (
         DEFAULT_MASK_THR,
         DEFAULT_MAX_DET,
         DEFAULT_SCORE_THR,
-        postprocess,
+        postprocess_masks,
         scalar,
-        upsample_threshold,
+        threshold_masks,
     )
-    from rle import RleMasks, decode_masks, encode_masks
+    from rle import RleMasks, RlePayload
 
 OPS = ("ground", "concept", "interactive", "encode", "info", "clear")
 HIT, MISS, ENCODED = "hit", "miss", "encoded"
@@ -250,7 +251,7 @@ def _digest(*arrays) -> str:
 
 class Logic:
     def __init__(self, model_dir: str, parameters: dict) -> None:
-        manifest = contract.manifest_from_config(parameters)
+        manifest = self.manifest = contract.manifest_from_config(parameters)
         self.model_id = manifest.model_id
         self.sizes = manifest.sizes
         self.image_size = manifest.image_size
@@ -304,6 +305,7 @@ class Logic:
         }
 
     def run(self, inputs: dict, call) -> dict:
+        validate.model_inputs(inputs, self.manifest)  # the client's rules, before any work
         out = self._run(inputs, call)
         out[contract.CACHE_MODEL_ID] = _text(self.model_id)  # with every answer, a miss too
         return out
@@ -369,7 +371,7 @@ class Logic:
                 return {name: np.array(out[name], copy=True) for name in contract.DECODER_OUTPUTS}
 
             raw, _ = self.heads.get_or_compute(prompt_key, decode)
-            s, b, payload = postprocess(
+            s, b, decoded = postprocess_masks(
                 raw[contract.PRED_LOGITS],
                 raw[contract.PRED_BOXES],
                 raw[contract.PRED_MASKS],
@@ -377,18 +379,16 @@ class Logic:
                 self.image_size,
                 **options,
             )
-            decoded = decode_masks(payload)
             scores.append(s)
             boxes.append(b.reshape(-1, 4))
-            masks.extend(decoded.as_list())
+            masks.append(decoded)
             counts.append(len(decoded))
         size = (self.image_size, self.image_size)
         return {
             contract.SCORES: np.concatenate(scores).astype(np.float32),
             contract.BOXES: np.concatenate(boxes).astype(np.float32),
-            contract.MASKS_RLE: np.frombuffer(
-                RleMasks.stack(masks, shape=size).to_bytes(), np.uint8
-            ),
+            # in-process the client takes the runs as they are; bytes only across a process
+            contract.MASKS_RLE: RlePayload(RleMasks.concat(masks, size)),
             contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
         }
 
@@ -449,11 +449,10 @@ def decode_click(features: dict, inputs: dict, call, image_size: int) -> dict:
     prompt = {n: inputs[n] for n in contract.PVS_PROMPTS}
     result = call(contract.PVS_DECODER, {**features, **prompt}, contract.PVS_DECODER_OUTPUTS)
     low_res = np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)
-    masks = upsample_threshold(low_res[0], image_size, 0.0)
     return {
         contract.PVS_IOU: np.asarray(result[contract.PVS_DECODER_IOU], np.float32),
         contract.PVS_LOW_RES: low_res,
-        contract.MASKS_RLE: np.frombuffer(encode_masks(masks), np.uint8),
+        contract.MASKS_RLE: RlePayload(threshold_masks(low_res[0], image_size, 0.0)),
     }
 
 

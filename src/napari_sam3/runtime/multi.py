@@ -13,13 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
-    from napari_sam3.core import contract
-    from napari_sam3.masks.rle import RleMasks, decode_masks
+    from napari_sam3.core import contract, validate
+    from napari_sam3.masks.rle import RleMasks, RlePayload, as_rle_masks
     from napari_sam3.runtime.cached import concept_inputs
 else:  # the copies beside the Triton model, where siblings are plain modules
     import contract
+    import validate
     from cached import concept_inputs
-    from rle import RleMasks, decode_masks
+    from rle import RleMasks, RlePayload, as_rle_masks
 
 OPTIONS = (contract.SCORE_THR, contract.MASK_THR, contract.MAX_DET)
 
@@ -29,8 +30,14 @@ class Logic:
         self.image_size = int(parameters["image_size"])
         self.max_keywords = int(parameters["max_keywords"])
         self.slots = int(parameters["exemplar_slots"])
+        self.manifest = (
+            contract.manifest_from_config(parameters)
+            if contract.MANIFEST_PARAMETER in parameters
+            else None
+        )
 
     def run(self, inputs: dict, call) -> dict:
+        validate.model_inputs(inputs, self.manifest)  # the client's rules, before any work
         tokens = np.asarray(inputs[contract.TOKEN_IDS], np.int64)
         if tokens.ndim != 2 or len(tokens) == 0:
             raise ValueError(
@@ -63,17 +70,15 @@ class Logic:
                 prompt = {**vision, **text, **no_exemplars}
                 heads = call(contract.DECODER, prompt, contract.DECODER_OUTPUTS)
             result = call(contract.POSTPROCESS, {**heads, **options}, contract.RESULT_OUTPUTS)
-            decoded = decode_masks(np.asarray(result[contract.MASKS_RLE], np.uint8).tobytes())
+            decoded = as_rle_masks(result[contract.MASKS_RLE])
             scores.append(np.asarray(result[contract.SCORES], np.float32).reshape(-1))
             boxes.append(np.asarray(result[contract.BOXES], np.float32).reshape(-1, 4))
-            masks.extend(decoded.as_list())
+            masks.append(decoded)
             counts.append(len(decoded))
         size = (self.image_size, self.image_size)
         return {
             contract.SCORES: np.concatenate(scores),
             contract.BOXES: np.concatenate(boxes),
-            contract.MASKS_RLE: np.frombuffer(
-                RleMasks.stack(masks, shape=size).to_bytes(), np.uint8
-            ),
+            contract.MASKS_RLE: RlePayload(RleMasks.concat(masks, size)),
             contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
         }

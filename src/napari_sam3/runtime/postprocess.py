@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
-    from napari_sam3.masks.rle import RleMask, RleMasks
+    from napari_sam3.masks.rle import RleMasks, RlePayload
 else:  # the copies beside the Triton model, where siblings are plain modules
-    from rle import RleMask, RleMasks
+    from rle import RleMasks, RlePayload
 
 DEFAULT_SCORE_THR = 0.5
 DEFAULT_MASK_THR = 0.5
@@ -97,15 +97,15 @@ def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
     return out
 
 
+def threshold_masks(logits: np.ndarray, size: int, cut: float) -> RleMasks:
+    """`upsample_threshold(logits, size, cut)` as runs, made from each mask's crop: no
+    [N, size, size] array (200 full-size masks: 203 MB) is made or scanned."""
+    return RleMasks.from_crops(threshold_crops(logits, size, cut), (size, size))
+
+
 def encode_thresholded(logits: np.ndarray, size: int, cut: float) -> bytes:
-    """The RLE payload of `upsample_threshold(logits, size, cut)`, encoded from each mask's crop:
-    no [N, size, size] array (200 full-size masks: 203 MB) is made or scanned."""
-    empty = np.zeros((0, 0), bool)
-    masks = [
-        RleMask.from_crop(*((crop[2], crop[0], crop[1]) if crop else (empty, 0, 0)), (size, size))
-        for crop in threshold_crops(logits, size, cut)
-    ]
-    return RleMasks.stack(masks, (size, size)).to_bytes()
+    """The RLE payload of `upsample_threshold(logits, size, cut)` (see `threshold_masks`)."""
+    return threshold_masks(logits, size, cut).to_bytes()
 
 
 def scalar(inputs: dict, name: str, default, kind):
@@ -129,6 +129,31 @@ def postprocess(
     max_det: int = DEFAULT_MAX_DET,
 ) -> tuple[np.ndarray, np.ndarray, bytes]:
     """Returns scores [N], boxes [N,4] xyxy in model-input pixels and the RLE payload."""
+    scores, boxes, masks = postprocess_masks(
+        pred_logits,
+        pred_boxes,
+        pred_masks,
+        presence_logit,
+        image_size,
+        score_thr,
+        mask_thr,
+        max_det,
+    )
+    return scores, boxes, masks.to_bytes()
+
+
+def postprocess_masks(
+    pred_logits: np.ndarray,
+    pred_boxes: np.ndarray,
+    pred_masks: np.ndarray,
+    presence_logit: np.ndarray,
+    image_size: int,
+    score_thr: float = DEFAULT_SCORE_THR,
+    mask_thr: float = DEFAULT_MASK_THR,
+    max_det: int = DEFAULT_MAX_DET,
+) -> tuple[np.ndarray, np.ndarray, RleMasks]:
+    """`postprocess` with the masks as runs (no bytes). Survivors first: score_thr and max_det
+    are decided on the scores alone, and only the detections kept are upsampled and thresholded."""
     if not 0.0 <= score_thr <= 1.0:
         raise ValueError(f"score_thr must be within [0, 1], got {score_thr}")
     if not 0.0 < mask_thr < 1.0:
@@ -145,8 +170,8 @@ def postprocess(
     low_res = np.asarray(pred_masks, dtype=np.float32).reshape(len(logits), *pred_masks.shape[-2:])
     # Compare logits with logit(mask_thr): same as sigmoid(upsampled) > mask_thr, without exp.
     cut = np.float32(np.log(mask_thr) - np.log1p(-mask_thr))
-    payload = encode_thresholded(low_res[order], image_size, cut)
-    return scores[order].astype(np.float32), boxes.astype(np.float32), payload
+    masks = threshold_masks(low_res[order], image_size, cut)
+    return scores[order].astype(np.float32), boxes.astype(np.float32), masks
 
 
 class Logic:
@@ -154,7 +179,7 @@ class Logic:
         self.image_size = int(parameters["image_size"])
 
     def run(self, inputs: dict, call=None) -> dict:
-        scores, boxes, payload = postprocess(
+        scores, boxes, masks = postprocess_masks(
             inputs["pred_logits"],
             inputs["pred_boxes"],
             inputs["pred_masks"],
@@ -167,5 +192,5 @@ class Logic:
         return {
             "scores": scores,
             "boxes": boxes,
-            "masks_rle": np.frombuffer(payload, dtype=np.uint8),
+            "masks_rle": RlePayload(masks),  # bytes only where it leaves the process
         }

@@ -1,7 +1,10 @@
 """Generic Triton Python-backend adapter: the `model.py` of every Python model we write.
 
 It loads the logic module named by the config parameter `logic_module` from its own folder
-and turns Triton requests into `Logic.run(inputs, call)` calls, with BLS for `call`.
+and turns Triton requests into `Logic.run(inputs, call)` calls, with BLS for `call`. Every
+request is first checked by `validate.model_inputs` (the client's own rules) against the
+model's manifest (its config parameter, else the repository's `sam3_manifest.json`): a raw
+client's bad or oversize request is refused at once with the message `Sam3Client` gives.
 """
 
 import importlib.util
@@ -40,6 +43,17 @@ def _bls_call(model_name, inputs, output_names):
     }
 
 
+def _manifest(model_dir, parameters):
+    """The model's manifest: its config parameter, else the repository's file (the graphs of
+    the python flavor), else None (the checks then leave the exact sizes out)."""
+    import contract
+
+    if contract.MANIFEST_PARAMETER in parameters:
+        return contract.manifest_from_config(parameters)
+    path = os.path.join(os.path.dirname(os.path.abspath(model_dir)), contract.MANIFEST_FILE)
+    return contract.load_manifest(path) if os.path.isfile(path) else None
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
@@ -49,6 +63,10 @@ class TritonPythonModel:
         self.input_names = [i["name"] for i in config["input"]]
         self.output_names = [o["name"] for o in config["output"]]
         self.logic = module.Logic(version_dir, parameters)
+        import validate  # beside this file (the version folder is on sys.path now)
+
+        self.validate = validate
+        self.manifest = _manifest(args["model_repository"], parameters)
 
     def execute(self, requests):
         responses = []
@@ -59,6 +77,7 @@ class TritonPythonModel:
                 if tensor is not None:
                     inputs[name] = tensor.as_numpy()
             try:
+                self.validate.model_inputs(inputs, self.manifest)
                 outputs = self.logic.run(inputs, _bls_call)
                 # a model may answer a subset (sam3_cached answers a miss with its status only)
                 tensors = [

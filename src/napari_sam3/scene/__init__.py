@@ -27,6 +27,10 @@ Across tiles, in this order:
    of the same keyword (the same object seen by two overlapping tiles, or nested in one).
    Pairs from one tile were deduplicated by the client already and are not compared again.
 
+A run may cover only the tiles touching an area of interest (``aoi=``, :mod:`~napari_sam3.scene.aoi`)
+and may tile a resampled grid of ``gsd`` metres (:func:`~napari_sam3.imagery.raster.ground_grid`);
+the merge below then works in that grid's pixels.
+
 Nodata: a pixel is nodata when any of its bands equals the nodata value (or is NaN). Tiles that
 are all nodata skip the model; a detection lying mostly (more than half its pixels) in nodata is
 dropped, and the others lose their nodata pixels.
@@ -34,12 +38,14 @@ dropped, and the others lose their nodata pixels.
 
 from __future__ import annotations
 
+from napari_sam3.scene.aoi import Bbox
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.output import scene_geodataframe, scene_labels, write_scene
 from napari_sam3.scene.run import PHASES, SCENE_COLUMNS, default_in_flight, segment_scene
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, tile_grid
 
 __all__ = [
+    "Bbox",
     "GDAL_CACHE_BYTES",
     "PHASES",
     "SCENE_COLUMNS",

@@ -20,8 +20,10 @@ output. ``.napari-sam3.lock`` keeps a second run from writing the same folder at
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -33,15 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from napari_sam3.client.connection import ConnectionSpec
-from napari_sam3.core.errors import Sam3Error
-from napari_sam3.gis.files import atomic_write_bytes
+from napari_sam3.core.errors import RefusedError, Sam3Error
+from napari_sam3.gis.files import atomic_write_bytes, remove_temporaries
 from napari_sam3.prompts.concept import Concept
+from napari_sam3.scene.output import refuse_inputs
 
 __all__ = ["BatchResult", "FolderLocked", "segment_scenes"]
 
 JOURNAL = "napari-sam3-journal.json"
 LOCK = ".napari-sam3.lock"
 PathLike = str | os.PathLike
+STOP_SECONDS = 120.0  # on Ctrl-C, the longest wait for running scenes to reach their next tile
 
 
 class FolderLocked(Sam3Error, RuntimeError):
@@ -105,9 +109,11 @@ def segment_one(
     simplify: float,
     cog: bool = False,
     postprocess: Any = None,
+    progress: Any = False,
 ) -> dict[str, Any]:
     """One scene on this process's client -> its output with the model's provenance (and
     `postprocess`, a :class:`~napari_sam3.gis.post.PostProcess`), written atomically; a summary.
+    `progress`: as :func:`~napari_sam3.scene.segment_scene`'s (a ``callable(done, total)``).
     """
     from napari_sam3.gis.vector import add_provenance
     from napari_sam3.scene.output import write_scene
@@ -117,7 +123,7 @@ def segment_one(
     client = _client(spec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        df = segment_scene(client, path, progress=False, **options)
+        df = segment_scene(client, path, progress=progress, **options)
         df = add_provenance(df, client.manifest)
         t1 = time.perf_counter()
         write_scene(df, target, path, overwrite, simplify, cog, postprocess=postprocess)
@@ -135,6 +141,35 @@ def segment_one(
 
 
 # ----------------------------------------------------------------------------- folder state
+
+
+def plan_targets(paths: Sequence[Path], out: Path, fmt: str) -> dict[Path, Path]:
+    """``out/<stem>.<fmt>`` for every scene; refuses two scenes that would write one file."""
+    from napari_sam3.gis.vector import FORMAT_SUFFIXES
+
+    targets = {Path(p): out / f"{Path(p).stem}{FORMAT_SUFFIXES[fmt]}" for p in paths}
+    if len(set(targets.values())) < len(targets):
+        raise ValueError("two rasters share a file name stem; their outputs would collide")
+    return targets
+
+
+def writable_folder(out: Path) -> Path:
+    """The output folder, made if missing; one this process cannot write in (read-only, not
+    its own) is refused in one line before anything runs, not by the first file written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RefusedError(
+            f"cannot make the output folder {out} ({error.strerror}); choose another folder"
+        ) from None
+    if not out.is_dir():
+        raise RefusedError(f"the output folder {out} is a file; choose a folder")
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise RefusedError(
+            f"cannot write in the output folder {out} (read-only, or not this user's); choose "
+            "another folder or make it writable"
+        )
+    return out
 
 
 @contextlib.contextmanager
@@ -237,6 +272,7 @@ def segment_scenes(
     postprocess: Any = None,
     scheduler_timeout: float = 5.0,
     report: Any = None,
+    progress: Any = None,
     **options: Any,
 ) -> BatchResult:
     """Segment every scene of `paths` into ``out_dir/<stem>.<fmt>``; see the module doc.
@@ -258,7 +294,12 @@ def segment_scenes(
             formats), as ``write_scene``; None: none.
         scheduler_timeout: seconds to wait for ``scheduler`` to answer.
         report: ``callable(path, status, detail)`` per scene as it ends (status ``done`` /
-            ``skipped`` / ``failed``), e.g. to print progress.
+            ``skipped`` / ``failed``), e.g. to print progress; and before anything runs,
+            ``replacing`` (detail: the existing output that ``overwrite`` replaces).
+        progress: ``callable(path, done, total)`` after every tile of a scene, for runs in this
+            process (neither ``workers`` nor ``scheduler``). An exception that is not an
+            ``Exception`` (a ``BaseException`` subclass, e.g. a cancel) raised from it stops the
+            run: the scene in progress writes nothing and the finished ones stay in the journal.
         options: :func:`~napari_sam3.scene.segment_scene` keywords (prompt, keywords, concept,
             ...). Concepts are best given as :class:`~napari_sam3.prompts.concept.Concept` objects.
     """
@@ -273,6 +314,11 @@ def segment_scenes(
         raise ValueError(f"fmt must be one of {', '.join(FORMAT_SUFFIXES)}, got {fmt!r}")
     if workers is not None and scheduler is not None:
         raise ValueError("give workers (a local cluster) or scheduler (an existing one), not both")
+    if progress is not None and (workers is not None or scheduler is not None):
+        raise ValueError(
+            "progress reports tiles of scenes run in this process: give it without "
+            "workers or scheduler"
+        )
     if workers is not None and (isinstance(workers, bool) or not 1 <= int(workers) <= 256):
         raise ValueError(f"workers must be a number of processes 1..256, got {workers!r}")
     inputs = [Path(p).resolve() for p in paths]
@@ -280,10 +326,13 @@ def segment_scenes(
     if missing:
         raise FileNotFoundError(f"no such raster: {', '.join(missing[:3])}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    targets = {p: out / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs}
-    if len(set(targets.values())) < len(targets):
-        raise ValueError("two rasters share a file name stem; their outputs would collide")
+    targets = plan_targets(inputs, out, fmt)
+    concepts = options.get("concept")
+    concepts = concepts if isinstance(concepts, list | tuple) else [concepts]
+    refuse_inputs(
+        [*targets.values(), out / JOURNAL, out / LOCK],
+        {"raster": inputs, "concept": [c for c in concepts if isinstance(c, str | os.PathLike)]},
+    )
     if postprocess is not None and not postprocess.steps:
         postprocess = None
     keyed = {**options, "fmt": fmt, "simplify": simplify}
@@ -293,7 +342,7 @@ def segment_scenes(
     result = BatchResult(out)
     note = report or (lambda path, status, detail: None)
 
-    with folder_lock(out):
+    with folder_lock(writable_folder(out)):
         journal = load_journal(out)
         scenes = journal["scenes"]
         todo = []
@@ -304,30 +353,38 @@ def segment_scenes(
                 note(path, "skipped", entry)
             else:
                 todo.append(path)
-        clash = [str(targets[p]) for p in todo if targets[p].exists()]
+        clash = [p for p in todo if targets[p].exists()]
         if clash and not overwrite:
             raise FileExistsError(
-                f"{', '.join(clash[:3])} exists and the journal does not show it finished with "
-                "these options; pass overwrite (--overwrite) to replace it"
+                f"{', '.join(str(targets[p]) for p in clash[:3])} exists and the journal does "
+                "not show it finished with these options; pass overwrite (--overwrite) to "
+                "replace it"
             )
+        for path in clash:  # said before anything runs: which files overwrite replaces
+            note(path, "replacing", targets[path])
 
         def finish(path: Path, summary: dict | None, error: str | None) -> None:
+            """Record one scene: the journal first, then the report (a Ctrl-C between them
+            leaves a journal that matches the folder; finishing again is harmless)."""
             entry = {"input": _fingerprint(path), "options": key, "output": targets[path].name}
             if error is None:
                 entry.update(status="done", **summary)
+            else:
+                entry.update(status="failed", error=error)
+            scenes[path.name] = entry
+            _write_journal(out, journal)
+            if error is None:
                 result.done[str(path)] = entry
                 note(path, "done", entry)
             else:
-                entry.update(status="failed", error=error)
                 result.failed[str(path)] = error
                 note(path, "failed", error)
-            scenes[path.name] = entry
-            _write_journal(out, journal)
 
         args = (options, overwrite, simplify, fmt == "cog", postprocess)
         if workers is None and scheduler is None:
             for path in todo:
-                summary, error = _serial(spec, path, targets[path], args, retries)
+                tiles = None if progress is None else functools.partial(progress, path)
+                summary, error = _serial(spec, path, targets[path], (*args, tiles), retries)
                 finish(path, summary, error)
         else:
             _on_dask(spec, todo, targets, args, retries, workers, scheduler,
@@ -349,45 +406,120 @@ def _serial(spec, path, target, args, retries) -> tuple[dict | None, str | None]
     return None, error
 
 
-def _on_dask(spec, todo, targets, args, retries, workers, scheduler, timeout, finish) -> None:
-    from distributed import Client, LocalCluster, as_completed
+class Stopped(BaseException):
+    """Raised between two tiles of a scene to stop it: it writes nothing. A BaseException, so
+    the tries of `_serial` do not take it for a failure."""
 
-    with contextlib.ExitStack() as stack:
-        if scheduler is not None:
-            try:
-                client = stack.enter_context(Client(scheduler, timeout=timeout))
-            except (OSError, TimeoutError) as error:
-                raise ConnectionError(
-                    f"no dask scheduler answers at {scheduler} within {timeout:g} s ({error}); "
-                    "start one (`dask scheduler`) or check the address"
-                ) from None
-        else:
-            cluster = stack.enter_context(
-                LocalCluster(
-                    n_workers=int(workers),
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    silence_logs=40,
+
+class _StopCheck:
+    """A scene's tile callback on a worker: raises `Stopped` once the run's dask Event is set."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, done: int = 0, total: int = 0) -> None:
+        from distributed import Event
+
+        if Event(self.name).is_set():
+            raise Stopped
+
+
+def _task(spec, path, target, args, retries, stop: str) -> tuple[dict | None, str | None]:
+    """One scene on a worker; (None, None) when the run was stopped before it finished."""
+    check = _StopCheck(stop)
+    try:
+        check()
+        return _serial(spec, path, target, (*args, check), retries)
+    except Stopped:
+        return None, None
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored_by_children() -> Iterator[None]:
+    """Worker processes started in the block ignore SIGINT (the ignored disposition survives
+    their exec): a Ctrl-C at the terminal, sent to the whole process group, reaches this
+    process alone, which stops the workers between tiles."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _on_dask(spec, todo, targets, args, retries, workers, scheduler, timeout, finish) -> None:
+    """The scenes as dask tasks. On Ctrl-C (KeyboardInterrupt) the tasks stop at their next
+    tile, writing nothing; those that finished first are recorded; then the interrupt goes on.
+    A second Ctrl-C stops at once (the local workers are ended; their temporary files removed)."""
+    from distributed import Client, Event, LocalCluster, as_completed, wait
+
+    try:
+        with contextlib.ExitStack() as stack:
+            if scheduler is not None:
+                try:
+                    client = stack.enter_context(Client(scheduler, timeout=timeout))
+                except (OSError, TimeoutError) as error:
+                    raise ConnectionError(
+                        f"no dask scheduler answers at {scheduler} within {timeout:g} s "
+                        f"({error}); start one (`dask scheduler`) or check the address"
+                    ) from None
+            else:
+                with _ctrl_c_ignored_by_children():
+                    cluster = stack.enter_context(
+                        LocalCluster(
+                            n_workers=int(workers),
+                            threads_per_worker=1,
+                            processes=True,
+                            dashboard_address=None,
+                            silence_logs=logging.CRITICAL,  # failures are reported per scene
+                        )
+                    )
+                client = stack.enter_context(Client(cluster))
+            stop = Event(f"napari-sam3-stop-{os.getpid()}-{time.time_ns()}", client=client)
+            futures = {}
+            for path in todo:
+                # the tries run in the worker and a failure comes back as its one-line reason
+                # (dask would log a traceback, and wrap an exception it cannot unpickle)
+                future = client.submit(
+                    _task,
+                    spec,
+                    path,
+                    targets[path],
+                    args,
+                    retries,
+                    stop.name,
+                    key=f"segment-{path.name}-{os.getpid()}-{time.time_ns()}",
+                    pure=False,
                 )
-            )
-            client = stack.enter_context(Client(cluster))
-        futures = {}
-        for path in todo:
-            future = client.submit(
-                segment_one,
-                spec,
-                str(path),
-                str(targets[path]),
-                *args,
-                key=f"segment-{path.name}-{os.getpid()}-{time.time_ns()}",
-                retries=retries,
-                pure=False,
-            )
-            futures[future] = path
-        for future in as_completed(futures):
-            path = futures[future]
+                futures[future] = path
+            done: set = set()
+
+            def record(future) -> None:
+                try:
+                    summary, error = future.result()
+                except Exception as error_:  # the worker itself was lost
+                    summary, error = None, _describe(error_)
+                if summary is not None or error is not None:
+                    finish(futures[future], summary, error)
+                done.add(future)  # only now: one interrupted while recorded is recorded again
+
             try:
-                finish(path, future.result(), None)
-            except Exception as error:  # the task failed on every try
-                finish(path, None, _describe(error))
+                for future in as_completed(futures):
+                    record(future)
+            except KeyboardInterrupt:
+                stop.set()
+                rest = [f for f in futures if f not in done]
+                with contextlib.suppress(TimeoutError):  # a lost worker: stop without it
+                    wait(rest, timeout=STOP_SECONDS)  # each stops at its next tile
+                for future in rest:
+                    if future.done():
+                        record(future)
+                raise
+    except KeyboardInterrupt:
+        for path in todo:  # a worker ended mid-write (a second Ctrl-C) leaves its temporary
+            remove_temporaries(targets[path])
+        raise

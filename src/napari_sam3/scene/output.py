@@ -14,7 +14,9 @@ import pandas as pd
 import rasterio
 from rasterio.transform import Affine
 
+from napari_sam3.core.errors import RefusedError
 from napari_sam3.imagery.raster import RasterInfo, raster_info
+from napari_sam3.imagery.stac import is_stac
 from napari_sam3.masks.paint import paint_frame
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES
@@ -22,7 +24,7 @@ from napari_sam3.scene.tiles import GDAL_CACHE_BYTES
 if TYPE_CHECKING:
     import geopandas as gpd
 
-__all__ = ["scene_geodataframe", "scene_labels", "write_scene"]
+__all__ = ["OutputIsInput", "refuse_inputs", "scene_geodataframe", "scene_labels", "write_scene"]
 
 PathLike = str | os.PathLike
 # scene_geodataframe polygonizes up to _GROUP detections per to_geodataframe call, on a window of
@@ -31,18 +33,52 @@ _GROUP = 32
 _CELL = 512
 
 
+class OutputIsInput(RefusedError, FileExistsError):
+    """An output path that is one of the run's inputs: never written, whatever overwrite says."""
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths are one file: the same real path (symlinks resolved), or for files
+    that exist, the same inode (a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def refuse_inputs(outputs: Iterable[PathLike], inputs: dict[str, Iterable[PathLike]]) -> None:
+    """Refuse before anything runs when an output is one of the inputs.
+
+    ``inputs`` maps what they are ("raster", "exemplar file", "concept") to their paths. The
+    comparison is on real paths (symlinks resolved) and inodes (hard links), so no spelling of
+    a path writes over an input; ``overwrite`` never changes that.
+    """
+    named = [(kind, Path(p)) for kind, paths in inputs.items() for p in paths]
+    for out in outputs:
+        for kind, source in named:
+            if _same_file(Path(out), source):
+                raise OutputIsInput(
+                    f"the output {out} is the input {kind} {source}; an input is never written "
+                    "over (whatever overwrite says): choose another output file or folder"
+                )
+
+
 def _scene_info(
     df: pd.DataFrame, raster: PathLike | Sequence[PathLike] | RasterInfo | None
 ) -> RasterInfo:
-    if raster is None:
-        scene = df.attrs.get("scene")
+    scene = df.attrs.get("scene") or {}
+    if raster is None or (is_stac(raster) and scene.get("path")):
+        # a STAC item: the assets it was segmented from
         if not scene:
             raise ValueError(
                 "the DataFrame does not say which raster it came from; pass raster= (the scene's "
                 "path or RasterInfo)"
             )
         raster = scene["path"]
-    info = raster if isinstance(raster, RasterInfo) else raster_info(raster)
+    # A scene segmented at a chosen gsd has its masks on that grid.
+    info = raster if isinstance(raster, RasterInfo) else raster_info(raster, gsd=scene.get("gsd"))
     if len(df):
         shape = df["mask"].iloc[0].shape
         if tuple(shape) != (info.rows, info.cols):
@@ -158,6 +194,10 @@ def write_scene(
 
     path = Path(path)
     suffix = path.suffix.lower()
+    source = raster if raster is not None else (df.attrs.get("scene") or {}).get("path")
+    source = source.path if isinstance(source, RasterInfo) else source
+    sources = [source] if isinstance(source, str | os.PathLike) else list(source or ())
+    refuse_inputs([path], {"raster": [p for p in sources if isinstance(p, str | os.PathLike)]})
     if suffix in VECTOR_FORMATS:
         gdf = scene_geodataframe(df, raster, simplify)
         if postprocess is not None:

@@ -18,10 +18,19 @@ import rasterio
 
 from napari_sam3.client.results import empty_result
 from napari_sam3.core import validate
-from napari_sam3.imagery.raster import BandKey, RasterInfo, raster_info, read_raster
+from napari_sam3.imagery.raster import (
+    BandKey,
+    RasterInfo,
+    keep_remote_open,
+    raster_info,
+    read_raster,
+)
+from napari_sam3.imagery.remote import file_name
+from napari_sam3.imagery.stac import scene_source
 from napari_sam3.imagery.stretch import StretchStats, scene_stretch, to_model_rgb
 from napari_sam3.masks.protocol import frame_masks, tight_crop
 from napari_sam3.prompts.concept import Concept
+from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, nodata_pixels, tile_grid
@@ -33,7 +42,17 @@ Source = PathLike | Sequence[PathLike]
 ConceptLike = Concept | PathLike
 Progress = bool | Callable[[int, int], Any] | None
 
-SCENE_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind", "tile", "merged", "source"]
+SCENE_COLUMNS = [
+    "box",
+    "score",
+    "mask",
+    "keyword",
+    "prompt_kind",
+    "tile",
+    "merged",
+    "source",
+    "gsd",
+]
 PHASES = ("read", "stretch", "model", "wait", "merge")
 # Tiles read and stretched ahead of the model (each one tile of image in memory).
 _READ_AHEAD = 2
@@ -81,12 +100,17 @@ def segment_scene(
     seam_iou: float = 0.5,
     progress: Progress = True,
     in_flight: int | None = None,
+    aoi: Any = None,
+    gsd: float | None = None,
+    assets: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Segment a whole raster tile by tile; one row per object, in scene pixels.
 
     Args:
         client: a :class:`~napari_sam3.client.sam3.Sam3Client` (local or Triton).
-        source: a raster file, or a list of single-band files to stack (as ``read_raster``).
+        source: a raster file or ``http(s)://`` URL, a list of single-band files to stack (as
+            ``read_raster``), or a STAC item (a ``.json`` path or URL, or a pystac Item; its RGB
+            assets, :func:`~napari_sam3.imagery.stac.item_bands`).
         prompt, keywords: text to look for; all of them share one vision pass per tile.
         concept: a :class:`~napari_sam3.prompts.concept.Concept`, a concept ``.npz`` file, or a list of
             them (each runs on every tile; its ``keyword`` is the concept's name or file stem).
@@ -105,12 +129,23 @@ def segment_scene(
         in_flight: model requests running at once (tiles read ahead: 2 more); default
             :func:`default_in_flight` (a server pool's capacity, 1 for the embedded engine). The
             detections do not depend on it: results are merged in tile order.
+        aoi: an area of interest (:mod:`napari_sam3.scene.aoi`: a bbox in EPSG:4326, a
+            :class:`~napari_sam3.scene.aoi.Bbox`, a vector file or GeoDataFrame): only the tiles
+            that touch it are read and segmented, and the stretch is computed over them.
+        gsd: metres on the ground per model pixel: the scene is tiled on the resampled grid of
+            :func:`~napari_sam3.imagery.raster.ground_grid` (tile size, overlap and seams in its
+            pixels); masks are in that grid, whose exact georeferencing ``df.attrs["scene"]``
+            holds, so polygons come out in the raster's CRS.
+        assets: the STAC item's assets to use (1 RGB asset or 3 bands), instead of its RGB ones.
 
     Returns:
         Columns ``box`` (float32 x1, y1, x2, y2 in scene pixels), ``score``, ``mask``
         (:class:`SceneMask`), ``keyword``, ``prompt_kind``, ``tile`` (index into
-        ``df.attrs["tiles"]``), ``merged`` (pieces joined across seams), ``source`` (file name);
-        best score first. ``df.attrs`` holds ``scene`` (shape, CRS, transform), ``tiles``,
+        ``df.attrs["tiles"]``), ``merged`` (pieces joined across seams), ``source`` (file name),
+        ``gsd`` (metres per pixel of the grid tiled: ``gsd``, else the raster's own; NaN
+        without a projected CRS); best score first. ``df.attrs`` holds ``scene`` (shape, CRS,
+        transform, gsd), ``tiles`` (the whole grid), ``tiles_run`` (those segmented), ``aoi``
+        (the AOI's window, or None),
         ``skipped_tiles`` (all nodata) and ``timings`` (seconds per phase: read, stretch
         (the scene's statistics, ``scene_stats``, and every tile's stretch and letterbox),
         model (seconds the requests took, summed over the requests in flight), wait (this
@@ -119,22 +154,28 @@ def segment_scene(
     wall0 = time.perf_counter()
     query = _query(client, prompt, keywords, concept, score_thr, mask_thr, max_det, dedup)
     validate.unit_interval("seam_iou", seam_iou, open_low=True)
-    info = raster_info(source)
+    source = scene_source(source, assets)
+    info = raster_info(source, gsd=gsd)
+    validate.image_side(info.rows, info.cols, f"raster {_source_name(info.path)}")
     tiles = scene_tiles(client, info, tile_size, overlap)
+    window = None if aoi is None else aoi_window(aoi, info)
+    run = tiles if window is None else tiles_touching(tiles, window)
     timings = dict.fromkeys(PHASES, 0.0)
     in_flight = default_in_flight(client) if in_flight is None else in_flight
     in_flight = validate.positive_int("in_flight", in_flight, 256)
+    grid = _Grid(gsd, _covering(run) if window is not None else None)
 
-    with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
+    with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES), keep_remote_open():
         detections, skipped = _run_tiles(
-            client, source, info, tiles, query, bands, stats, nodata, progress, timings, in_flight
-        )
+            client, source, info, run, query, bands, stats, nodata, progress, timings, in_flight,
+            grid,
+        )  # fmt: skip
 
     t0 = time.perf_counter()
     detections = merge_seams(detections, tiles, seam_iou)
     if dedup is not None:
         detections = dedup_across_tiles(detections, dedup)
-    frame = _frame(detections, _source_name(info.path))
+    frame = _frame(detections, _source_name(info.path), ground_size(info, gsd))
     timings["merge"] += time.perf_counter() - t0
     timings["wall"] = time.perf_counter() - wall0
     frame.attrs.update(
@@ -143,12 +184,44 @@ def segment_scene(
             "shape": (info.rows, info.cols),
             "crs": None if info.crs is None else info.crs.to_string(),
             "transform": tuple(info.transform)[:6],
+            "gsd": gsd,
         },
         tiles=tiles,
+        tiles_run=[t.index for t in run],
+        aoi=window,
         skipped_tiles=skipped,
         timings=timings,
     )
     return frame
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """How tiles are read: on the ``gsd`` grid (None: the raster's own); the stretch computed
+    over ``region`` (r0, c0, r1, c1; None: the whole scene)."""
+
+    gsd: float | None = None
+    region: tuple[int, int, int, int] | None = None
+
+
+def _covering(tiles: list[Tile]) -> tuple[int, int, int, int]:
+    """The window spanning ``tiles``."""
+    return (
+        min(t.row for t in tiles),
+        min(t.col for t in tiles),
+        max(t.row + t.height for t in tiles),
+        max(t.col + t.width for t in tiles),
+    )
+
+
+def ground_size(info: RasterInfo, gsd: float | None) -> float:
+    """Metres on the ground per pixel of ``info``'s grid: ``gsd``, else the raster's own pixel
+    width in metres; NaN where the CRS is missing or not projected."""
+    if gsd is not None:
+        return float(gsd)
+    if info.crs is None or not info.crs.is_projected:
+        return float("nan")
+    return abs(info.transform.a) * info.crs.linear_units_factor[1]
 
 
 def scene_tiles(
@@ -163,10 +236,19 @@ def scene_tiles(
 
 
 def scene_stats(
-    source: Source, info: RasterInfo, bands: Sequence[BandKey] | None, nodata: float | None
+    source: Source,
+    info: RasterInfo,
+    bands: Sequence[BandKey] | None,
+    nodata: float | None,
+    gsd: float | None = None,
+    region: tuple[int, int, int, int] | None = None,
 ) -> StretchStats | None:
-    """The one stretch of a whole scene (uint8 scenes are used as they are)."""
-    return None if info.dtype == np.uint8 else scene_stretch(source, bands=bands, nodata=nodata)
+    """The one stretch of a whole scene, or of ``region`` of it (r0, c0, r1, c1 on the ``gsd``
+    grid); uint8 scenes are used as they are."""
+    if info.dtype == np.uint8:
+        return None
+    window = None if region is None else np.s_[region[0] : region[2], region[1] : region[3]]
+    return scene_stretch(source, bands=bands, nodata=nodata, window=window, gsd=gsd)
 
 
 def read_tile(
@@ -176,11 +258,13 @@ def read_tile(
     bands: Sequence[BandKey] | None,
     stats: StretchStats | None,
     nodata: float | None,
+    gsd: float | None = None,
 ) -> tuple[Any, np.ndarray | None, float, float]:
     """One tile as the model sees it: (PreparedImage, or None where the tile is all nodata;
-    the nodata mask or None; seconds reading; seconds stretching). Nodata pixels are zeroed."""
+    the nodata mask or None; seconds reading; seconds stretching). Nodata pixels are zeroed.
+    ``gsd``: the tile is a window of that grid (:func:`~napari_sam3.imagery.raster.ground_grid`)."""
     t0 = time.perf_counter()
-    raster = read_raster(source, bands=bands, window=tile.slices)
+    raster = read_raster(source, bands=bands, window=tile.slices, gsd=gsd)
     t1 = time.perf_counter()
     invalid = nodata_pixels(raster.data, raster.nodata if nodata is None else nodata)
     if invalid is not None and invalid.all():
@@ -209,6 +293,7 @@ def _run_tiles(
     progress: Progress,
     timings: dict[str, float],
     in_flight: int,
+    grid: _Grid | None = None,
 ) -> tuple[list[Detection], int]:
     """Every tile through the model: (detections in scene pixels, tiles skipped).
 
@@ -217,14 +302,15 @@ def _run_tiles(
     results **in tile order**, so the detections are exactly the serial run's. At most
     ``in_flight + _READ_AHEAD + 1`` tiles are held at once.
     """
+    grid = grid or _Grid()
     t0 = time.perf_counter()
     if stats is None:
-        stats = scene_stats(source, info, bands, nodata)
+        stats = scene_stats(source, info, bands, nodata, grid.gsd, grid.region)
     timings["scene_stats"] = time.perf_counter() - t0
     timings["stretch"] += timings["scene_stats"]
 
     def load(tile: Tile) -> tuple[Any, np.ndarray | None, float, float]:
-        return read_tile(client, source, tile, bands, stats, nodata)
+        return read_tile(client, source, tile, bands, stats, nodata, grid.gsd)
 
     def infer(prepared: Any) -> tuple[list[pd.DataFrame], float]:
         t0 = time.perf_counter()
@@ -393,10 +479,10 @@ def _tile_detections(
     return out
 
 
-def _frame(dets: list[Detection], source: str) -> pd.DataFrame:
+def _frame(dets: list[Detection], source: str, gsd: float) -> pd.DataFrame:
     if not dets:
-        frame = empty_result({"tile": np.int64, "merged": np.int64, "source": object})
-        return frame[SCENE_COLUMNS]
+        extra = {"tile": np.int64, "merged": np.int64, "source": object, "gsd": np.float64}
+        return empty_result(extra)[SCENE_COLUMNS]
     dets = sorted(dets, key=lambda d: -d.score)
     return pd.DataFrame(
         {
@@ -408,6 +494,7 @@ def _frame(dets: list[Detection], source: str) -> pd.DataFrame:
             "tile": np.array([d.tile for d in dets], dtype=np.int64),
             "merged": np.array([d.merged for d in dets], dtype=np.int64),
             "source": source,
+            "gsd": np.float64(gsd),
         }
     )
 
@@ -436,7 +523,7 @@ def _progress(progress: Progress, total: int, name: str) -> Callable[[int | None
     raise TypeError(f"progress must be True, False or a callable(done, total), got {progress!r}")
 
 
-def _source_name(path: Path | tuple[Path, ...]) -> str:
+def _source_name(path: Any) -> str:
     if isinstance(path, tuple):
-        return "+".join(p.name for p in path)
-    return Path(path).name
+        return "+".join(file_name(p) for p in path)
+    return file_name(path)

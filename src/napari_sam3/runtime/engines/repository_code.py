@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from napari_sam3.core import contract
+from napari_sam3.core import contract, errors, validate
 
 REFRESH_COMMAND = "sam3-export --refresh --out {repository}"
 
@@ -27,6 +27,8 @@ def _package_sources() -> dict[str, Path]:
     sources = {p.name: p for p in logic.glob("*.py") if p.name != "__init__.py"}
     sources["model.py"] = logic / "triton_adapter.py"  # the adapter is written as model.py
     sources["contract.py"] = Path(contract.__file__)
+    sources["validate.py"] = Path(validate.__file__)
+    sources["errors.py"] = Path(errors.__file__)
     sources["rle.py"] = Path(rle.__file__)
     return sources
 

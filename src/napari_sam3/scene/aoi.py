@@ -1,0 +1,204 @@
+"""An area of interest: the part of a scene a run covers, and the tiles that touch it.
+
+An AOI is a bounding box ``(minx, miny, maxx, maxy)`` in EPSG:4326 (longitude, latitude) unless
+another CRS is named (:class:`Bbox`, or the text ``"minx,miny,maxx,maxy[,CRS]"`` of ``--bbox``),
+or the features of a vector file / GeoDataFrame / GeoSeries in their own CRS (their bounds). It is
+reprojected to the raster's CRS (its edges densified, so a box in degrees becomes the box that
+holds it) and turned into a window of the scene's pixels (of the ``gsd`` grid when there is one).
+A run then reads and segments only the tiles of the scene's grid that touch that window: the same
+tiles, with the same numbers, as a run over the whole scene.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from napari_sam3.core.errors import Sam3Error
+from napari_sam3.imagery.raster import RasterInfo
+from napari_sam3.scene.tiles import Tile
+
+__all__ = ["AoiError", "Bbox", "aoi_window", "parse_bbox", "tiles_touching"]
+
+DEFAULT_CRS = "EPSG:4326"
+Window = tuple[int, int, int, int]  # r0, c0, r1, c1 (ends exclusive)
+
+
+class AoiError(Sam3Error, ValueError):
+    """An area of interest that is malformed or lies outside the scene."""
+
+
+@dataclass(frozen=True)
+class Bbox:
+    """``(minx, miny, maxx, maxy)`` in ``crs`` (default EPSG:4326: longitude, latitude)."""
+
+    minx: float
+    miny: float
+    maxx: float
+    maxy: float
+    crs: str = DEFAULT_CRS
+
+    def __post_init__(self) -> None:
+        values = (self.minx, self.miny, self.maxx, self.maxy)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            raise AoiError(f"a bbox is four numbers minx,miny,maxx,maxy, got {values!r}")
+        if not all(math.isfinite(v) for v in values):
+            raise AoiError(f"a bbox needs finite numbers, got {values!r}")
+        if self.minx >= self.maxx or self.miny >= self.maxy:
+            raise AoiError(
+                f"bbox {_text(values)}: minx must be below maxx and miny below maxy "
+                "(the order is minx,miny,maxx,maxy, e.g. west,south,east,north)"
+            )
+        crs = _crs(self.crs)
+        if crs.is_geographic and not (
+            -180 <= self.minx and self.maxx <= 180 and -90 <= self.miny and self.maxy <= 90
+        ):
+            raise AoiError(
+                f"bbox {_text(values)} is not longitude/latitude in {self.crs} (longitudes "
+                "-180..180, latitudes -90..90); name its CRS: minx,miny,maxx,maxy,EPSG:32633"
+            )
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        return self.minx, self.miny, self.maxx, self.maxy
+
+
+def parse_bbox(text: str) -> Bbox:
+    """``"minx,miny,maxx,maxy[,CRS]"`` -> :class:`Bbox` (the CRS as EPSG:n, or any text pyproj
+    takes)."""
+    if not isinstance(text, str):
+        raise AoiError(f"a bbox is text minx,miny,maxx,maxy[,CRS], got {text!r}")
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) not in (4, 5) or not all(parts[:4]):
+        raise AoiError(
+            f"--bbox {text!r}: give minx,miny,maxx,maxy with an optional CRS, e.g. "
+            "14.2,52.3,14.4,52.5 (longitude, latitude) or 330000,5812000,335000,5816000,EPSG:32633"
+        )
+    try:
+        numbers = [float(p) for p in parts[:4]]
+    except ValueError:
+        raise AoiError(f"--bbox {text!r}: minx,miny,maxx,maxy must be numbers") from None
+    return Bbox(*numbers, crs=parts[4] if len(parts) == 5 and parts[4] else DEFAULT_CRS)
+
+
+def aoi_window(aoi: Any, info: RasterInfo) -> Window:
+    """The window ``(r0, c0, r1, c1)`` of ``info``'s pixels that holds the AOI, clipped to the
+    scene; AoiError where the AOI is malformed or misses the scene."""
+    from rasterio.windows import from_bounds
+
+    if info.crs is None:
+        raise AoiError(
+            "the raster has no CRS, so an area of interest in map coordinates cannot be placed "
+            "on it; give a georeferenced raster, or leave the AOI out"
+        )
+    bounds, crs, label = _bounds(aoi, info)
+    win = from_bounds(*bounds, transform=info.transform)
+    r0, c0 = math.floor(win.row_off + 1e-9), math.floor(win.col_off + 1e-9)
+    r1 = math.ceil(win.row_off + win.height - 1e-9)
+    c1 = math.ceil(win.col_off + win.width - 1e-9)
+    r0, c0, r1, c1 = max(r0, 0), max(c0, 0), min(r1, info.rows), min(c1, info.cols)
+    if r0 >= r1 or c0 >= c1:
+        raise AoiError(
+            f"the area of interest {label} lies outside the scene, which covers "
+            f"{_text(_scene_bounds(info, crs))} in {crs}; check the coordinates and their CRS"
+        )
+    return r0, c0, r1, c1
+
+
+def tiles_touching(tiles: Sequence[Tile], window: Window) -> list[Tile]:
+    """The tiles that share at least one pixel with ``window``, in grid order."""
+    r0, c0, r1, c1 = window
+    return [
+        t
+        for t in tiles
+        if t.row < r1 and t.row + t.height > r0 and t.col < c1 and t.col + t.width > c0
+    ]
+
+
+# ----------------------------------------------------------------------------- internals
+
+
+def _crs(text: Any):
+    from rasterio.crs import CRS
+    from rasterio.errors import CRSError
+
+    try:
+        return CRS.from_user_input(text)
+    except (CRSError, ValueError, TypeError):
+        raise AoiError(f"unknown CRS {text!r}; give e.g. EPSG:4326 or EPSG:32633") from None
+
+
+def _bounds(aoi: Any, info: RasterInfo) -> tuple[tuple[float, float, float, float], str, str]:
+    """(the AOI's bounds in the raster's CRS, the AOI's own CRS, how to name it)."""
+    from rasterio.warp import transform_bounds
+
+    if isinstance(aoi, str) and not _is_file(aoi):
+        aoi = parse_bbox(aoi)
+    if isinstance(aoi, Sequence) and not isinstance(aoi, str):
+        if len(aoi) not in (4, 5):
+            raise AoiError(f"a bbox is (minx, miny, maxx, maxy[, crs]), got {aoi!r}")
+        try:
+            numbers = [float(v) for v in aoi[:4]]
+        except (TypeError, ValueError):
+            raise AoiError(f"a bbox is four numbers minx, miny, maxx, maxy, got {aoi!r}") from None
+        aoi = Bbox(*numbers, crs=str(aoi[4]) if len(aoi) == 5 else DEFAULT_CRS)
+    if isinstance(aoi, Bbox):
+        crs = _crs(aoi.crs)
+        bounds = transform_bounds(crs, info.crs, *aoi.bounds, densify_pts=21)
+        return bounds, aoi.crs, f"bbox {_text(aoi.bounds)} ({aoi.crs})"
+    frame, label = _vector(aoi)
+    if frame.crs is None:
+        raise AoiError(f"{label} has no CRS; give the area of interest a CRS")
+    if frame.empty or frame.geometry.is_empty.all():
+        raise AoiError(f"{label} holds no geometry")
+    bounds = tuple(float(v) for v in frame.to_crs(info.crs).total_bounds)
+    return bounds, frame.crs.to_string(), label
+
+
+def _is_file(text: str) -> bool:
+    return os.path.exists(text) or Path(text).suffix.lower() in (
+        ".gpkg",
+        ".shp",
+        ".geojson",
+        ".json",
+        ".fgb",
+        ".parquet",
+    )
+
+
+def _vector(aoi: Any):
+    import geopandas as gpd
+
+    if isinstance(aoi, gpd.GeoDataFrame | gpd.GeoSeries):
+        frame = aoi if isinstance(aoi, gpd.GeoDataFrame) else gpd.GeoDataFrame(geometry=aoi)
+        return frame, "the area of interest"
+    if isinstance(aoi, str | os.PathLike):
+        path = Path(aoi)
+        if not path.is_file():
+            raise AoiError(f"area of interest {path}: no such file")
+        try:
+            if path.suffix.lower() == ".parquet":
+                return gpd.read_parquet(path), path.name
+            return gpd.read_file(path), path.name
+        except Exception as error:  # any reader failure: named, with what to do
+            raise AoiError(f"cannot read the area of interest {path.name}: {error}") from None
+    raise AoiError(
+        "an area of interest is a bbox (minx, miny, maxx, maxy), a Bbox, a vector file or a "
+        f"GeoDataFrame; got {type(aoi).__name__}"
+    )
+
+
+def _scene_bounds(info: RasterInfo, crs: str) -> tuple[float, float, float, float]:
+    from rasterio.transform import array_bounds
+    from rasterio.warp import transform_bounds
+
+    west, south, east, north = array_bounds(info.rows, info.cols, info.transform)
+    return transform_bounds(info.crs, _crs(crs), west, south, east, north, densify_pts=21)
+
+
+def _text(values: Sequence[float]) -> str:
+    return ",".join(f"{v:.6g}" for v in values)
