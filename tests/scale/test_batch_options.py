@@ -285,11 +285,19 @@ CASES = {
         lambda s, p, f: p["scheduler"] == "tcp://127.0.0.1:8786" and p["workers"] is None,
     ),
     "--resume": (["--resume"], lambda s, p, f: p["resume"] is True),
+    "--bbox": (
+        ["--bbox", "330000,5812000,335000,5816000,EPSG:32633"],
+        lambda s, p, f: (
+            (p["aoi"].minx, p["aoi"].maxy, p["aoi"].crs) == (330000.0, 5816000.0, "EPSG:32633")
+        ),
+    ),
+    "--gsd": (["--gsd", "15"], lambda s, p, f: p["gsd"] == 15.0),
 }
 # Options with no effect on what a worker computes, and why.
 NOT_FOR_WORKERS = {
     "--help": "argparse's own",
     "--quiet": "progress bars: workers never draw them",
+    "--assets": "STAC items only, which the parallel path refuses (tested in tests/imagery)",
 }
 
 

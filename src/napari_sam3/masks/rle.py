@@ -290,6 +290,7 @@ class RleMasks:
         ends: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         k = np.zeros(n, dtype=np.int64)
         boxes = np.zeros((n, 4), dtype=np.int64)
+        runs: list[np.ndarray | None] = [None] * n
         for i, crop in enumerate(crops):
             if crop is None:
                 continue
@@ -310,12 +311,14 @@ class RleMasks:
             starts.append(s)
             ends.append(e)
             k[i] = s.size
-        # positions within each mask, then batch-wide (mask index * H * W + position)
+            # mask by mask: the arrays stay cache-sized (batch-wide was 4x slower on noise)
+            runs[i] = _runs_from_intervals(s, e, 1, h * w)[0]
+        empty = np.full(1 if h * w else 0, h * w, dtype=np.int64)
+        runs = [empty if r is None else r for r in runs]
+        counts = np.array([r.size for r in runs], dtype=np.int64)
+        batch = cls._from_runs(np.concatenate([np.zeros(0, np.int64), *runs]), counts, (h, w))
         owner = np.repeat(np.arange(n, dtype=np.int64), k)
         local_start, local_end = np.concatenate(starts), np.concatenate(ends)
-        shift = owner * (h * w)
-        runs, counts = _runs_from_intervals(local_start + shift, local_end + shift, n, h * w, k)
-        batch = cls._from_runs(runs, counts, (h, w))
         for a in (owner, local_start, local_end, boxes):
             a.flags.writeable = False
         batch._intervals = (owner, local_start, local_end)
