@@ -185,12 +185,17 @@ def test_ctrl_c_on_workers_stops_them_between_tiles_and_exits_130(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "objects ->" in line:
-            os.killpg(proc.pid, signal.SIGINT)
-            break
-    stdout, stderr = proc.communicate(timeout=300)
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "objects ->" in line:
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:  # a run that did not stop leaves no process group behind
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert proc.returncode == EXIT_INTERRUPTED, stderr
     _no_traceback("".join(lines) + stdout + stderr)
     last = stderr.rstrip().splitlines()[-1]

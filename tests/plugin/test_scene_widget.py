@@ -145,3 +145,130 @@ def test_scene_widget_cancel_and_errors(scene_viewer, connected, ui, qtbot):
     note = ui.last_notification()
     assert note.severity == "error" and "type a text prompt" in str(note.message)
     assert len(viewer.layers) == before
+
+
+class SegmentSpy:
+    """Records the arguments and result of every `segment_scene` call (the real one runs)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import napari_sam3.scene as scene
+
+        self.calls: list[tuple[dict, object]] = []
+        real = scene.segment_scene
+
+        def spied(*args, **kwargs):
+            frame = real(*args, **kwargs)
+            self.calls.append((kwargs, frame))
+            return frame
+
+        monkeypatch.setattr(scene, "segment_scene", spied)
+
+
+def _scene_tab(viewer):
+    _dock, panel = viewer.window.add_plugin_dock_widget("napari-sam3", "SAM3")
+    panel.image.value = viewer.layers[0]
+    panel.score_thr.value = 0.0
+    panel.max_det.value = 20
+    scene = panel.mode("Scene")
+    scene.prompt.value = "building"
+    return panel, scene
+
+
+def test_scene_tab_gsd_resamples_the_tiles(scene_viewer, connected, scene_file, ui, monkeypatch):
+    from rasterio.transform import Affine
+
+    from napari_sam3.imagery.raster import raster_info
+    from napari_sam3.plugin.georef import transform_kwargs
+    from napari_sam3.plugin.widgets._layers import image_shape
+    from napari_sam3.scene import scene_labels, tile_grid
+
+    viewer = scene_viewer
+    image = viewer.layers[0]
+    panel, scene = _scene_tab(viewer)
+    assert scene.gsd.native.isVisibleTo(panel.native) and scene.gsd.value == 0
+    assert "metres" in scene.gsd.tooltip and "native" in scene.gsd.tooltip
+    spy = SegmentSpy(monkeypatch)
+    scene.tile_size.value, scene.overlap.value = 320, 32
+    scene.gsd.value = 5.0  # the raster's 10 m pixels upsampled 2x
+    ui.run(scene, scene.run_button)
+
+    ((kwargs, frame),) = spy.calls
+    assert kwargs["gsd"] == 5.0 and kwargs["aoi"] is None
+    grid = raster_info(scene_file, gsd=5.0)
+    assert (grid.rows, grid.cols) == (600, 840) != image_shape(image)
+    tiles = len(tile_grid(grid.rows, grid.cols, 320, 32))
+    assert scene.tiles == scene.tiles_done == tiles == len(frame.attrs["tiles"])
+    assert frame.attrs["scene"]["gsd"] == 5.0 and len(frame) >= 1
+    assert set(frame["gsd"]) == {5.0}
+    layer = viewer.layers[-1]
+    assert layer.name == scene.result.name == "SAM3 scene building"  # (a proxy of it)
+    assert layer.data.shape == (grid.rows, grid.cols), frame.attrs["scene"]
+    np.testing.assert_array_equal(layer.data, scene_labels(frame))
+    # Placed on the 5 m grid's own georeferencing: over the image, at half its pixel size.
+    assert Affine(*layer.metadata["transform"]) == grid.transform
+    place = transform_kwargs(grid.transform)
+    np.testing.assert_allclose(layer.scale, place["scale"])
+    np.testing.assert_allclose(layer.scale, np.asarray(image.scale)[-2:] / 2)
+    np.testing.assert_allclose(layer.translate, place["translate"])
+    record = layer.metadata["sam3"]
+    assert record["gsd"] == 5.0 and record["image_layer"] == image.name
+
+
+def _region(viewer, image, corners):
+    """A Shapes layer whose last rectangle has the image's data coordinates `corners`."""
+    (r0, c0), (r1, c1) = corners
+    world = [image.data_to_world(p) for p in ((r0, c0), (r0, c1), (r1, c1), (r1, c0))]
+    return viewer.add_shapes([np.asarray(world)], shape_type="rectangle", name="AOI")
+
+
+def test_selected_region_limits_the_scene_run_to_its_tiles(
+    scene_viewer, connected, scene_file, ui, monkeypatch
+):
+    from napari_sam3.plugin.widgets._fields import REGION, WHOLE
+    from napari_sam3.scene import tile_grid
+    from napari_sam3.scene.aoi import Bbox, tiles_touching
+
+    viewer = scene_viewer
+    image = viewer.layers[0]
+    # Pixels 100.5..150.5 down, 22.5..79.5 across (continuous): rows 100..151, cols 22..80.
+    region = _region(viewer, image, ((100, 22), (150, 79)))
+    window = (100, 22, 151, 80)
+    grid = tile_grid(300, 420, TILE, OVERLAP)
+    expected = [t.index for t in tiles_touching(grid, window)]
+    assert 0 < len(expected) < len(grid)
+
+    panel, scene = _scene_tab(viewer)
+    scene.tile_size.value, scene.overlap.value = TILE, OVERLAP
+    spy = SegmentSpy(monkeypatch)
+    panel.where.value = REGION
+    panel.region.value = None
+    ui.click(scene.run_button)
+    assert "choose the Shapes layer" in scene.status.value and not spy.calls
+
+    panel.region.value = region
+    ui.run(scene, scene.run_button)
+    ((kwargs, frame),) = spy.calls
+    assert isinstance(kwargs["aoi"], Bbox) and kwargs["aoi"].crs == image.metadata["crs"]
+    assert frame.attrs["aoi"] == window
+    assert frame.attrs["tiles_run"] == expected
+    assert scene.tiles == scene.tiles_done == len(expected)
+    assert set(frame["tile"]) <= set(expected)
+    assert f"in {len(expected)} tiles" in scene.status.value
+
+    panel.where.value = WHOLE  # the region is kept but not used
+    ui.run(scene, scene.run_button)
+    kwargs, frame = spy.calls[-1]
+    assert kwargs["aoi"] is None and len(frame.attrs["tiles_run"]) == len(grid) == scene.tiles
+
+    panel.where.value = REGION
+    scene.file.value = scene_file  # a file, not the layer the region is drawn over: said so
+    calls = len(spy.calls)
+    ui.click(scene.run_button)
+    assert "instead of a scene file" in scene.status.value and len(spy.calls) == calls
+
+    # The Scene widget on its own: its Region layer limits the run the same way.
+    alone = _widget(viewer)
+    alone.region.value = region
+    ui.run(alone, alone.run_button)
+    kwargs, frame = spy.calls[-1]
+    assert frame.attrs["tiles_run"] == expected and alone.tiles == len(expected)

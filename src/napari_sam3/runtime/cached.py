@@ -34,27 +34,13 @@ import numpy as np
 
 if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
     from napari_sam3.core import contract, validate
-    from napari_sam3.masks.rle import RleMasks, RlePayload
-    from napari_sam3.runtime.postprocess import (
-        DEFAULT_MASK_THR,
-        DEFAULT_MAX_DET,
-        DEFAULT_SCORE_THR,
-        postprocess_masks,
-        scalar,
-        threshold_masks,
-    )
+    from napari_sam3.masks import rle
+    from napari_sam3.runtime import postprocess as post
 else:  # the copies beside the Triton model, where siblings are plain modules
     import contract
+    import postprocess as post
+    import rle
     import validate
-    from postprocess import (
-        DEFAULT_MASK_THR,
-        DEFAULT_MAX_DET,
-        DEFAULT_SCORE_THR,
-        postprocess_masks,
-        scalar,
-        threshold_masks,
-    )
-    from rle import RleMasks, RlePayload
 
 OPS = ("ground", "concept", "interactive", "encode", "info", "clear")
 HIT, MISS, ENCODED = "hit", "miss", "encoded"
@@ -346,9 +332,9 @@ class Logic:
         concepts = concept_inputs(inputs, n)
         first_concept = n - len(concepts)
         options = {
-            "score_thr": scalar(inputs, contract.SCORE_THR, DEFAULT_SCORE_THR, float),
-            "mask_thr": scalar(inputs, contract.MASK_THR, DEFAULT_MASK_THR, float),
-            "max_det": scalar(inputs, contract.MAX_DET, DEFAULT_MAX_DET, int),
+            "score_thr": post.scalar(inputs, contract.SCORE_THR, post.DEFAULT_SCORE_THR, float),
+            "mask_thr": post.scalar(inputs, contract.MASK_THR, post.DEFAULT_MASK_THR, float),
+            "max_det": post.scalar(inputs, contract.MAX_DET, post.DEFAULT_MAX_DET, int),
         }
         grounding = {name: vision[name] for name in contract.GROUNDING_VISION}
         scores, boxes, masks, counts = [], [], [], []
@@ -371,7 +357,7 @@ class Logic:
                 return {name: np.array(out[name], copy=True) for name in contract.DECODER_OUTPUTS}
 
             raw, _ = self.heads.get_or_compute(prompt_key, decode)
-            s, b, decoded = postprocess_masks(
+            s, b, decoded = post.postprocess_masks(
                 raw[contract.PRED_LOGITS],
                 raw[contract.PRED_BOXES],
                 raw[contract.PRED_MASKS],
@@ -388,7 +374,7 @@ class Logic:
             contract.SCORES: np.concatenate(scores).astype(np.float32),
             contract.BOXES: np.concatenate(boxes).astype(np.float32),
             # in-process the client takes the runs as they are; bytes only across a process
-            contract.MASKS_RLE: RlePayload(RleMasks.concat(masks, size)),
+            contract.MASKS_RLE: rle.RlePayload(rle.RleMasks.concat(masks, size)),
             contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
         }
 
@@ -452,7 +438,7 @@ def decode_click(features: dict, inputs: dict, call, image_size: int) -> dict:
     return {
         contract.PVS_IOU: np.asarray(result[contract.PVS_DECODER_IOU], np.float32),
         contract.PVS_LOW_RES: low_res,
-        contract.MASKS_RLE: RlePayload(threshold_masks(low_res[0], image_size, 0.0)),
+        contract.MASKS_RLE: rle.RlePayload(post.threshold_masks(low_res[0], image_size, 0.0)),
     }
 
 

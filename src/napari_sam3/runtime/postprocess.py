@@ -118,27 +118,10 @@ def scalar(inputs: dict, name: str, default, kind):
     return kind(value[0])
 
 
-def postprocess(
-    pred_logits: np.ndarray,
-    pred_boxes: np.ndarray,
-    pred_masks: np.ndarray,
-    presence_logit: np.ndarray,
-    image_size: int,
-    score_thr: float = DEFAULT_SCORE_THR,
-    mask_thr: float = DEFAULT_MASK_THR,
-    max_det: int = DEFAULT_MAX_DET,
-) -> tuple[np.ndarray, np.ndarray, bytes]:
-    """Returns scores [N], boxes [N,4] xyxy in model-input pixels and the RLE payload."""
-    scores, boxes, masks = postprocess_masks(
-        pred_logits,
-        pred_boxes,
-        pred_masks,
-        presence_logit,
-        image_size,
-        score_thr,
-        mask_thr,
-        max_det,
-    )
+def postprocess(*args, **kwargs) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """`postprocess_masks` with the masks as the RLE payload: scores [N], boxes [N,4] xyxy in
+    model-input pixels, payload bytes."""
+    scores, boxes, masks = postprocess_masks(*args, **kwargs)
     return scores, boxes, masks.to_bytes()
 
 

@@ -85,19 +85,19 @@ def prefill_bands(viewer, image, bands) -> None:
     fill()
 
 
-def add_image_fields(widget, viewer, shared=None) -> list:
+REGION_TIP = "Optional: the last rectangle of this Shapes layer crops the image"
+
+
+def add_image_fields(
+    widget, viewer, shared=None, *, nullable=False, image_tip="", region_tip=REGION_TIP
+) -> list:
+    """The image picker, its bands and the region (or, with `shared`, the panel's)."""
     if shared is not None:
         return _share(widget, shared, IMAGE_FIELDS)
-    widget.image = scene_combo(viewer)
+    widget.image = scene_combo(viewer, nullable=nullable, tooltip=image_tip)
     widget.bands = bands_field()
     prefill_bands(viewer, widget.image, widget.bands)
-    widget.region = layer_combo(
-        viewer,
-        Shapes,
-        "Region",
-        nullable=True,
-        tooltip="Optional: the last rectangle of this Shapes layer crops the image",
-    )
+    widget.region = layer_combo(viewer, Shapes, "Region", nullable=True, tooltip=region_tip)
     return [widget.image, widget.bands, widget.region]
 
 

@@ -104,7 +104,7 @@ class Sam3Panel(Sam3Widget):
             label="Where",
             tooltip="What the modes send to the model: the whole image, what the canvas shows "
             "now, or the last rectangle on the Region layer (the Scene tab: the whole scene, "
-            "tiled)",
+            "tiled, or with Selected region only the tiles touching the region)",
         )
         self.region = layer_combo(
             viewer,

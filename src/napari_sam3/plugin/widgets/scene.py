@@ -2,7 +2,9 @@
 
 The tiles are read lazily from the file the image layer was opened from (its ``source``
 metadata), or from a file chosen here, so a scene far larger than memory can be segmented. The
-progress bar counts tiles; Cancel stops the run after the tile being segmented.
+progress bar counts tiles; Cancel stops the run after the tile being segmented. "GSD (m)" is
+`segment_scene`'s ``gsd``; the selected region (Where: Selected region in the SAM3 panel, the
+Region layer in this widget on its own) is its ``aoi``: only the tiles touching it run.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from magicgui.widgets import FileEdit, LineEdit, PushButton
 from napari_sam3.imagery.bands import parse_bands
 from napari_sam3.plugin.georef import affine_list, crop_metadata, transform_kwargs
 from napari_sam3.plugin.widgets import _layers
-from napari_sam3.plugin.widgets._common import Sam3Widget, number, reports_errors, scene_combo
+from napari_sam3.plugin.widgets._common import (
+    Sam3Widget,
+    number,
+    reports_errors,
+)
 from napari_sam3.plugin.widgets._fields import (
+    REGION,
+    WHOLE,
+    add_image_fields,
     add_threshold_fields,
-    bands_field,
-    prefill_bands,
     thresholds,
 )
 from napari_sam3.prompts.keywords import parse_keywords
@@ -33,6 +40,10 @@ SUFFIXES = ".tif .tiff .jp2 .j2k"
 TIPS = {  # the number fields' tooltips
     "tile_size": "Tile side in scene pixels; 0 = the model's input size",
     "overlap": "Pixels shared by neighbouring tiles; -1 = tile size / 8",
+    "gsd": "Ground sample distance: each tile is resampled so that one model pixel covers this "
+    "many metres on the ground (smaller than the raster's = upsampled, for small objects; "
+    "larger = downsampled, for large ones); tile size and overlap are in those pixels. "
+    "0 = the raster's native resolution",
 }
 
 
@@ -60,6 +71,30 @@ def default_bands(layer, text: str) -> list | None:
     names = metadata.get("band_names") or []
     rgb = _layers._record(layer).get("rgb_bands")
     return list(rgb) if len(names) > 3 and rgb else None
+
+
+def region_aoi(region, layer, source):
+    """The area of interest of a scene run: the box of the raster's map coordinates under the
+    last shape of the Shapes layer `region`, drawn over the image `layer` read from `source`."""
+    from rasterio.windows import Window, bounds
+
+    from napari_sam3.imagery.raster import raster_info
+    from napari_sam3.scene.aoi import Bbox
+
+    if layer is None:
+        raise ValueError(
+            "a selected region limits a scene run on the image layer it is drawn over: choose "
+            f"that layer instead of a scene file, or Where: {WHOLE}"
+        )
+    info = raster_info(source)
+    if info.crs is None:
+        raise ValueError(
+            f"{layer.name} has no CRS, so a scene run cannot be limited to a region of it: "
+            f"choose Where: {WHOLE}"
+        )
+    r0, r1, c0, c1 = _layers.region_window(region, layer)
+    box = bounds(Window(c0, r0, c1 - c0, r1 - r0), info.transform)
+    return Bbox(*box, crs=info.crs.to_string())
 
 
 def scene_work(client, source, cancel: threading.Event, tiles: int, **kwargs):
@@ -98,16 +133,18 @@ class SceneWidget(Sam3Widget):
     def __init__(self, napari_viewer, shared=None) -> None:
         super().__init__(napari_viewer)
         if shared is None:
-            self.image = scene_combo(
+            add_image_fields(
+                self,
                 napari_viewer,
                 nullable=True,
-                tooltip="A layer opened from a raster file: its file is read tile by tile",
+                image_tip="A layer opened from a raster file: its file is read tile by tile",
+                region_tip="Optional: only the tiles touching the last rectangle of this Shapes "
+                "layer are segmented",
             )
-            self.bands = bands_field()
-            prefill_bands(napari_viewer, self.image, self.bands)
-            own = [self.image]
-        else:  # the SAM3 panel's image and bands
+            own = [self.image, self.region]
+        else:  # the SAM3 panel's image, bands and where / region
             self.image, self.bands, own = shared.image, shared.bands, []
+            self.where, self.region = shared.where, shared.region
         self.file = FileEdit(
             mode="r",
             filter=" ".join(f"*{s}" for s in SUFFIXES.split()),
@@ -122,6 +159,7 @@ class SceneWidget(Sam3Widget):
         )
         self.tile_size = number(0, (0, 100_000), "Tile size", TIPS["tile_size"])
         self.overlap = number(-1, (-1, 50_000), "Overlap", TIPS["overlap"])
+        self.gsd = number(0.0, (0.0, 100_000.0), "GSD (m)", TIPS["gsd"], step=0.5)
         self.run_button = PushButton(text="Segment scene")
         self.run_button.changed.connect(self.run)
         self._cancel_event = threading.Event()
@@ -136,6 +174,7 @@ class SceneWidget(Sam3Widget):
                 self.prompt,
                 self.tile_size,
                 self.overlap,
+                self.gsd,
                 *add_threshold_fields(self, shared),
                 self.run_button,
             ]
@@ -156,10 +195,25 @@ class SceneWidget(Sam3Widget):
             raise ValueError("choose an image layer opened from a raster file, or a scene file")
         return layer_source(layer), layer
 
+    def _aoi(self, source, layer):
+        """The selected region as `segment_scene`'s ``aoi``, or None (the whole scene)."""
+        where = getattr(self, "where", None)
+        if where is not None and where.value != REGION:
+            return None
+        region = self.region.value
+        if region is None:
+            if where is None:
+                return None
+            raise ValueError(
+                f"choose the Shapes layer whose last rectangle is the region, or Where: {WHOLE}"
+            )
+        return region_aoi(region, layer, source)
+
     def arguments(self) -> tuple:
         """(source, layer, segment_scene keyword arguments, keywords) from the widget's fields."""
         from napari_sam3.imagery.raster import raster_info
         from napari_sam3.scene import tile_grid
+        from napari_sam3.scene.aoi import aoi_window, tiles_touching
 
         client = self.client
         words = parse_keywords(self.prompt.value)
@@ -173,6 +227,8 @@ class SceneWidget(Sam3Widget):
             "tile_size": size,
             "overlap": size // 8 if overlap < 0 else overlap,
             "bands": default_bands(layer, self.bands.value),
+            "gsd": float(self.gsd.value) or None,
+            "aoi": self._aoi(source, layer),
             **options,
         }
         if len(words) == 1:
@@ -187,8 +243,12 @@ class SceneWidget(Sam3Widget):
                 f"{layer.name} is {_layers.image_shape(layer)} pixels but its file is "
                 f"{info.rows}x{info.cols}: choose the scene file instead"
             )
-        tiles = len(tile_grid(info.rows, info.cols, size, kwargs["overlap"]))
-        return source, layer, kwargs, words, tiles
+        if kwargs["gsd"] is not None:  # tiled on the resampled grid
+            info = raster_info(source, gsd=kwargs["gsd"])
+        grid = tile_grid(info.rows, info.cols, size, kwargs["overlap"])
+        if kwargs["aoi"] is not None:
+            grid = tiles_touching(grid, aoi_window(kwargs["aoi"], info))
+        return source, layer, kwargs, words, len(grid)
 
     @reports_errors("Scene segment failed")
     def run(self, *_args) -> None:
@@ -237,15 +297,19 @@ class SceneWidget(Sam3Widget):
                 "tile": np.asarray(frame["tile"], np.int64),
             }
         )
-        tiles = len(frame.attrs.get("tiles", ()))
-        record = {"prompt": prompt, "tiles": tiles}
-        if layer is not None:  # on the image layer's pixels, with its georeferencing
+        tiles = len(frame.attrs.get("tiles_run", frame.attrs.get("tiles", ())))
+        gsd = frame.attrs["scene"].get("gsd")
+        record = {"prompt": prompt, "tiles": tiles, "gsd": gsd}
+        if layer is not None and gsd is None:  # on the image layer's pixels and georeferencing
             target = _layers.ModelImage(
                 None, layer, (0, 0), shape, crop_metadata(layer.metadata, 0, 0)
             )
             target.description = layer.name
             kwargs = _layers.result_layer_kwargs(target, name, features, **record)
-        else:  # a file chosen here: placed by its own georeferencing, as the reader places it
+        else:  # a file chosen here, or the GSD grid: placed by its own georeferencing, as the
+            # reader places a raster
+            if layer is not None:
+                record["image_layer"] = layer.name
             kwargs = _file_layer_kwargs(frame.attrs["scene"], name, features, record)
         self.result = self.viewer.add_labels(labels, **kwargs)
         return f"{len(frame)} object(s) in {tiles} tiles -> layer '{self.result.name}'"
