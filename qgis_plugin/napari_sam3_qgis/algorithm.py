@@ -21,6 +21,7 @@ from qgis.core import (
     QgsProcessingParameterBoolean,
     QgsProcessingParameterDefinition,
     QgsProcessingParameterExtent,
+    QgsProcessingParameterFeatureSink,
     QgsProcessingParameterFeatureSource,
     QgsProcessingParameterField,
     QgsProcessingParameterFile,
@@ -271,6 +272,44 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
         counts = ", ".join(f"{k} {v}" for k, v in result.get("counts", {}).items())
         feedback.pushInfo(f"{result['features']} objects ({counts or 'nothing found'})")
         return {"OUTPUT": dest}
+
+
+class SegmentAlgorithm(Sam3Algorithm):
+    """An algorithm that writes detections: the raster, what to look for (`add_prompts`, and
+    `prompts` for the task), the shared parameters, one polygon sink."""
+
+    def add_prompts(self) -> None:
+        raise NotImplementedError
+
+    def prompts(self, parameters, context, job: Job, feedback) -> dict:
+        """The task's entries besides KEYWORDS (exemplars, concepts)."""
+        return {}
+
+    def initAlgorithm(self, config=None) -> None:
+        self.add_raster()
+        self.add_prompts()
+        self.add_extent_and_bands()
+        self.add_connection()
+        self.add_thresholds()
+        self.addParameter(
+            QgsProcessingParameterFeatureSink(
+                "OUTPUT", "Detections", QgsProcessing.TypeVectorPolygon
+            )
+        )
+
+    def processAlgorithm(self, parameters, context, feedback):
+        with Job() as job:
+            task = {
+                "action": "segment",
+                "keywords": self.parameterAsString(parameters, "KEYWORDS", context),
+                **self.prompts(parameters, context, job, feedback),
+                "connection": self.connection(parameters, context),
+                "output": str(job.dir / RESULT_FILE),
+                **self.raster(parameters, context, job),
+                **self.thresholds(parameters, context),
+            }
+            result = job.run(task, feedback)
+            return self.to_sink(result, parameters, context, feedback)
 
 
 def window_vrt(path: str, layer, extent, folder: Path) -> str:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from qgis.core import QgsProcessing, QgsProcessingParameterFeatureSink
-
-from .algorithm import RESULT_FILE, Sam3Algorithm
-from .runner import Job
+from .algorithm import SegmentAlgorithm
 
 
-class ApplyConcept(Sam3Algorithm):
+class ApplyConcept(SegmentAlgorithm):
     def name(self) -> str:
         return "apply_concept"
 
@@ -23,29 +20,9 @@ class ApplyConcept(Sam3Algorithm):
             "raster's CRS with the provenance fields (keyword: the concept's name)."
         )
 
-    def initAlgorithm(self, config=None) -> None:
-        self.add_raster()
+    def add_prompts(self) -> None:
         self.add_concepts(optional=False)
         self.add_keywords(optional=True)
-        self.add_extent_and_bands()
-        self.add_connection()
-        self.add_thresholds()
-        self.addParameter(
-            QgsProcessingParameterFeatureSink(
-                "OUTPUT", "Detections", QgsProcessing.TypeVectorPolygon
-            )
-        )
 
-    def processAlgorithm(self, parameters, context, feedback):
-        with Job() as job:
-            task = {
-                "action": "segment",
-                "keywords": self.parameterAsString(parameters, "KEYWORDS", context),
-                "concepts": self.concept_files(parameters, context),
-                "connection": self.connection(parameters, context),
-                "output": str(job.dir / RESULT_FILE),
-                **self.raster(parameters, context, job),
-                **self.thresholds(parameters, context),
-            }
-            result = job.run(task, feedback)
-            return self.to_sink(result, parameters, context, feedback)
+    def prompts(self, parameters, context, job, feedback) -> dict:
+        return {"concepts": self.concept_files(parameters, context)}

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from qgis.core import QgsProcessing, QgsProcessingParameterFeatureSink
-
-from .algorithm import RESULT_FILE, Sam3Algorithm
-from .runner import Job
+from .algorithm import SegmentAlgorithm
 
 
-class SegmentExemplars(Sam3Algorithm):
+class SegmentExemplars(SegmentAlgorithm):
     def name(self) -> str:
         return "segment_exemplars"
 
@@ -23,29 +20,9 @@ class SegmentExemplars(Sam3Algorithm):
             "vision pass. Polygons in the raster's CRS with the provenance fields."
         )
 
-    def initAlgorithm(self, config=None) -> None:
-        self.add_raster()
+    def add_prompts(self) -> None:
         self.add_exemplars(optional=False)
         self.add_keywords(optional=True)
-        self.add_extent_and_bands()
-        self.add_connection()
-        self.add_thresholds()
-        self.addParameter(
-            QgsProcessingParameterFeatureSink(
-                "OUTPUT", "Detections", QgsProcessing.TypeVectorPolygon
-            )
-        )
 
-    def processAlgorithm(self, parameters, context, feedback):
-        with Job() as job:
-            task = {
-                "action": "segment",
-                "keywords": self.parameterAsString(parameters, "KEYWORDS", context),
-                "exemplars": self.exemplars(parameters, context, job, feedback),
-                "connection": self.connection(parameters, context),
-                "output": str(job.dir / RESULT_FILE),
-                **self.raster(parameters, context, job),
-                **self.thresholds(parameters, context),
-            }
-            result = job.run(task, feedback)
-            return self.to_sink(result, parameters, context, feedback)
+    def prompts(self, parameters, context, job, feedback) -> dict:
+        return {"exemplars": self.exemplars(parameters, context, job, feedback)}

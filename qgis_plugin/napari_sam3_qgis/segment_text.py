@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from qgis.core import QgsProcessing, QgsProcessingParameterFeatureSink
-
-from .algorithm import RESULT_FILE, Sam3Algorithm
-from .runner import Job
+from .algorithm import SegmentAlgorithm
 
 
-class SegmentText(Sam3Algorithm):
+class SegmentText(SegmentAlgorithm):
     def name(self) -> str:
         return "segment_text"
 
@@ -24,17 +21,8 @@ class SegmentText(Sam3Algorithm):
             "repository) or on a Triton SERVER."
         )
 
-    def initAlgorithm(self, config=None) -> None:
-        self.add_raster()
+    def add_prompts(self) -> None:
         self.add_keywords(optional=False)
-        self.add_extent_and_bands()
-        self.add_connection()
-        self.add_thresholds()
-        self.addParameter(
-            QgsProcessingParameterFeatureSink(
-                "OUTPUT", "Detections", QgsProcessing.TypeVectorPolygon
-            )
-        )
 
     def checkParameterValues(self, parameters, context):  # noqa: N802 (QGIS's name)
         # QGIS's own check would only say "Incorrect parameter value for KEYWORDS"
@@ -44,16 +32,3 @@ class SegmentText(Sam3Algorithm):
                 "(separated by commas or semicolons)"
             )
         return super().checkParameterValues(parameters, context)
-
-    def processAlgorithm(self, parameters, context, feedback):
-        with Job() as job:
-            task = {
-                "action": "segment",
-                "keywords": self.parameterAsString(parameters, "KEYWORDS", context),
-                "connection": self.connection(parameters, context),
-                "output": str(job.dir / RESULT_FILE),
-                **self.raster(parameters, context, job),
-                **self.thresholds(parameters, context),
-            }
-            result = job.run(task, feedback)
-            return self.to_sink(result, parameters, context, feedback)
