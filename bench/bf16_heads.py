@@ -26,6 +26,7 @@ import json
 import pickle
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -231,7 +232,11 @@ def report(work: Path, variants: list[str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True)
-    parser.add_argument("--work", default="/tmp/sam3-bf16-heads")
+    parser.add_argument(
+        "--work",
+        default=str(Path(tempfile.gettempdir()) / "sam3-bf16-heads"),
+        help="a folder for the intermediate tensors (default: in the system's temporary folder)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--step", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
