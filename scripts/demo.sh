@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 args=()
-if [ $# -ge 1 ]; then args+=(--checkpoint "$1"); shift; fi
+# the first argument is the checkpoint unless it is an option (e.g. --overwrite, to run again)
+if [ $# -ge 1 ] && [[ "$1" != -* ]]; then args+=(--checkpoint "$1"); shift; fi
 exec .venv/bin/napari-sam3 demo "${args[@]}" "$@"
