@@ -250,8 +250,8 @@ def _check_replace(targets: list[Path], overwrite: bool) -> None:
     existing = [str(t) for t in targets if t.exists() or t.is_symlink()]
     if existing and not overwrite:
         raise UsageError(
-            f"{', '.join(existing[:3])}{' ...' if len(existing) > 3 else ''} exists; "
-            "pass --overwrite to replace"
+            f"{', '.join(existing[:3])}{' ...' if len(existing) > 3 else ''} "
+            f"{'exists' if len(existing) == 1 else 'exist'}; pass --overwrite to replace"
         )
     for path in existing:
         print(f"napari-sam3: --overwrite: replacing {path}", file=sys.stderr, flush=True)

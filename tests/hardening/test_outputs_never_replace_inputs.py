@@ -153,7 +153,7 @@ def test_the_demo_refuses_to_replace_its_outputs_without_overwrite(
     args = ["demo", "--models", str(tiny_repository), "--out", str(out), "--keywords", "field"]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "exists; pass --overwrite to replace" in err
+    assert "detections.gpkg exist; pass --overwrite to replace" in err
     assert (out / "detections.gpkg").read_bytes() == b"yesterday's run"
     assert (out / "overlay.png").read_bytes() == b"yesterday's picture"
 
