@@ -145,11 +145,9 @@ def _concepts(job: dict[str, Any], client: Any, rasters: list[str], scene: dict)
     concepts = []
     for path in job.get("concepts") or []:
         try:
-            concept = Concept.load(path, client.manifest)
+            concepts.append(Concept.load_named(path, client.manifest))
         except (ValueError, OSError) as error:
             raise ValueError(f"CONCEPTS {path}: {error}") from error
-        concept.name = concept.name or Path(path).stem
-        concepts.append(concept)
     exemplars = job.get("exemplars")
     if exemplars:
         from napari_sam3.prompts.vector import VectorPrompt, scene_exemplar_concepts

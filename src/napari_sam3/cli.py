@@ -456,11 +456,9 @@ def _load_model(args: argparse.Namespace, spec: Any = None) -> tuple[Any, list[A
     concepts = []
     for path in args.concept or []:
         try:
-            concept = Concept.load(path, client.manifest)
+            concepts.append(Concept.load_named(path, client.manifest))
         except (ValueError, OSError) as error:
             raise UsageError(f"--concept {path}: {error}") from error
-        concept.name = concept.name or Path(path).stem
-        concepts.append(concept)
     return client, concepts
 
 

@@ -149,6 +149,16 @@ class Concept:
         data = read_small_file(path, MAX_FILE_BYTES, "concept file")
         return cls.from_bytes(data, str(path), manifest)
 
+    @classmethod
+    def load_named(
+        cls, path: str | os.PathLike, manifest: contract.Manifest | None = None
+    ) -> Concept:
+        """`load`, with the file's stem as the name of a concept saved without one: how the CLI,
+        scene runs and the QGIS provider label a concept file's detections."""
+        concept = cls.load(path, manifest)
+        concept.name = concept.name or Path(path).stem
+        return concept
+
 
 # ---------------------------------------------------------------------------------------------
 # reading

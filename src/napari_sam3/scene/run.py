@@ -9,7 +9,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -429,8 +428,8 @@ def _as_list(concept: ConceptLike | Sequence[ConceptLike] | None) -> list[Concep
 
 def _load_concept(item: ConceptLike, client: Any) -> tuple[str, Concept]:
     if isinstance(item, str | os.PathLike):
-        concept = Concept.load(item)
-        name = concept.name or Path(item).stem
+        concept = Concept.load_named(item)
+        name = concept.name
     elif isinstance(item, Concept):
         concept, name = item, item.name or "concept"
     else:
