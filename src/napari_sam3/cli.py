@@ -32,6 +32,7 @@ from napari_sam3.core.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    InvalidInput,
     RefusedError,
     Sam3Error,
 )
@@ -413,7 +414,20 @@ def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
         "score_thr": args.score_thr,
         "max_det": args.max_det,
         "dedup": args.dedup,
+        "memory_budget": _memory_budget(args.memory_budget),
     }
+
+
+def _memory_budget(value: str | None) -> int | None:
+    """--memory-budget in bytes, checked here; None: each run's default (its own machine's)."""
+    if value is None:
+        return None
+    from napari_sam3.scene.budget import resolve_budget
+
+    try:
+        return resolve_budget(value)
+    except InvalidInput as error:
+        raise UsageError(f"--memory-budget: {error}") from None
 
 
 def _area_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -794,6 +808,13 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument("--tile-overlap", type=int, help="pixels (default: tile size / 8)")
     segment.add_argument("--bands", help="1 or 3 bands, 1-based or by name: 4,3,2 or B04,B03,B02")
     segment.add_argument("--nodata", type=float, help="nodata value (default: the raster's)")
+    segment.add_argument(
+        "--memory-budget",
+        metavar="SIZE",
+        help="memory a scene may take beyond the model itself, e.g. 1.5GB or 800MB: tiles in "
+        "flight, prompts per request and caches are planned within it (default: a quarter of the "
+        "available memory, at most 1.5 GiB; with --workers, each worker's)",
+    )
     area = segment.add_argument_group("area and scale")
     area.add_argument(
         "--bbox",

@@ -214,6 +214,26 @@ def test_scene_tab_gsd_resamples_the_tiles(scene_viewer, connected, scene_file, 
     assert record["gsd"] == 5.0 and record["image_layer"] == image.name
 
 
+def test_scene_tab_memory_budget_plans_the_run(scene_viewer, connected, ui, monkeypatch):
+    from napari_sam3.scene.budget import DEFAULT_BUDGET_CAP, MIN_BUDGET
+
+    _panel, scene = _scene_tab(scene_viewer)
+    assert scene.memory.value == 0 and "1.5 GiB" in scene.memory.tooltip
+    spy = SegmentSpy(monkeypatch)
+    scene.tile_size.value = 320
+    ui.run(scene, scene.run_button)  # 0: the default, from the memory available now
+    scene.memory.value = 0.5
+    ui.run(scene, scene.run_button)
+    (auto, auto_frame), (half, half_frame) = spy.calls
+    assert MIN_BUDGET <= auto["memory_budget"] <= DEFAULT_BUDGET_CAP
+    assert auto_frame.attrs["memory"]["budget"] == auto["memory_budget"]
+    assert half["memory_budget"] == half_frame.attrs["memory"]["budget"] == 2**29
+    assert len(half_frame) == len(auto_frame)  # the plan never changes what is found
+    scene.memory.value = 0.05  # below what a plan can work with: said, nothing run
+    ui.click(scene.run_button)
+    assert len(spy.calls) == 2 and "too small" in scene.status.value
+
+
 def _region(viewer, image, corners):
     """A Shapes layer whose last rectangle has the image's data coordinates `corners`."""
     (r0, c0), (r1, c1) = corners

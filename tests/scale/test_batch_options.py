@@ -292,6 +292,10 @@ CASES = {
         ),
     ),
     "--gsd": (["--gsd", "15"], lambda s, p, f: p["gsd"] == 15.0),
+    "--memory-budget": (
+        ["--memory-budget", "900MB"],
+        lambda s, p, f: p["memory_budget"] == 900_000_000,
+    ),
 }
 # Options with no effect on what a worker computes, and why.
 NOT_FOR_WORKERS = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import types
 import warnings
 from pathlib import Path
@@ -57,6 +58,9 @@ class StubClient:
 
     def prepare(self, rgb: np.ndarray) -> np.ndarray:
         return rgb
+
+    def cache_limits(self, *_bounds, **_named) -> contextlib.nullcontext:
+        return contextlib.nullcontext()  # a stub holds no cache
 
     def segment(self, image, prompt=None, concept=None, **_options) -> pd.DataFrame:
         self.tiles.append(image.shape[:2])

@@ -102,6 +102,14 @@ def test_existing_output_is_refused_unless_overwrite(tiny_repository, folder, tm
         (["{east}", "--prompt", "x", "--out", "{tmp}/a.kml"], "unknown extension"),
         (["{east}", "--prompt", "x", "--out", "{tmp}/nowhere/a.gpkg"], "does not exist"),
         (["{tmp}", "--prompt", "x", "--out", "{tmp}/o"], "holds no rasters"),
+        (
+            ["{east}", "--prompt", "x", "--out", "{tmp}/a.gpkg", "--memory-budget", "lots"],
+            "--memory-budget: memory budget must be a size such as '1.5GB'",
+        ),
+        (
+            ["{east}", "--prompt", "x", "--out", "{tmp}/a.gpkg", "--memory-budget", "100"],
+            "too small",
+        ),
     ],
 )
 def test_usage_errors_exit_2(tiny_repository, folder, tmp_path, capsys, args, message):
@@ -109,6 +117,19 @@ def test_usage_errors_exit_2(tiny_repository, folder, tmp_path, capsys, args, me
     assert _segment(tiny_repository, *[a.format(**names) for a in args]) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_memory_budget_reaches_the_run(tiny_repository, folder, tmp_path, monkeypatch):
+    from napari_sam3.scene import run
+
+    plans = []
+    real = run.scene_plan
+    monkeypatch.setattr(run, "scene_plan", lambda *a: plans.append(real(*a)) or plans[-1])
+    out = tmp_path / "a.gpkg"
+    code = _segment(tiny_repository, folder / "east.tif", "--prompt", "road", "--out", out,
+                    "--memory-budget", "700MB")  # fmt: skip
+    assert code == 0 and out.is_file()
+    assert [p.budget for p in plans] == [700_000_000] and plans[0].measured
 
 
 def test_missing_model_exits_2(folder, tmp_path, capsys):

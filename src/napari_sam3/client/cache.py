@@ -38,7 +38,10 @@ from napari_sam3.masks.rle import RlePayload, as_rle_masks
 from napari_sam3.runtime.cached import ENCODED, HIT, MISS, image_key
 from napari_sam3.runtime.postprocess import DEFAULT_MASK_THR, DEFAULT_MAX_DET, DEFAULT_SCORE_THR
 
-RESULT_ENTRIES = 32  # grounding answers kept client-side (RLE: small)
+RESULT_ENTRIES = 32  # grounding answers kept client-side
+# ... and their bytes: a trained model's answer is kilobytes, but fragmented masks (noise-like
+# output of random weights, fields, clouds) take ~3 MB of runs each at 1008 px
+RESULT_BYTES = 2**30
 SENT_KEYS = 1024  # image keys this client believes the server holds
 REFILTERED = "refiltered"  # status of an answer filtered here, with no request at all
 STATUSES = (HIT, ENCODED, MISS, REFILTERED)
@@ -92,6 +95,10 @@ class _Answer:
     masks: object  # RleMasks
     counts: np.ndarray
 
+    @property
+    def nbytes(self) -> int:
+        return int(self.masks.runs.nbytes + self.scores.nbytes + self.boxes.nbytes)
+
 
 class FeatureCacheClient:
     """Requests to `sam3_cached` for one client (thread-safe).
@@ -109,6 +116,7 @@ class FeatureCacheClient:
         self.remote = remote
         self._sent: OrderedDict[str, None] = OrderedDict()
         self._answers: OrderedDict[tuple, _Answer] = OrderedDict()
+        self.results_bytes = RESULT_BYTES
         self._lock = threading.Lock()
         self._switch_lock = threading.Lock()
         self._local = threading.local()
@@ -328,19 +336,33 @@ class FeatureCacheClient:
             masks = as_rle_masks(out[contract.MASKS_RLE])
             out[contract.MASKS_RLE] = RlePayload(masks)  # decoded once, here
             if len(masks) == len(scores):
+                answer = _Answer(
+                    options["score_thr"],
+                    options["max_det"],
+                    scores,
+                    np.asarray(out[contract.BOXES], np.float32).reshape(-1, 4),
+                    masks,
+                    counts,
+                )
                 with self._lock:
-                    self._answers[answer_key] = _Answer(
-                        options["score_thr"],
-                        options["max_det"],
-                        scores,
-                        np.asarray(out[contract.BOXES], np.float32).reshape(-1, 4),
-                        masks,
-                        counts,
-                    )
-                    self._answers.move_to_end(answer_key)
-                    while len(self._answers) > RESULT_ENTRIES:
-                        self._answers.popitem(last=False)
+                    self._answers.pop(answer_key, None)
+                    if answer.nbytes <= self.results_bytes:
+                        self._answers[answer_key] = answer
+                    self._trim_answers()
         return out, status
+
+    def _trim_answers(self) -> None:
+        """Drop the least recently used answers beyond the bounds (the caller holds the lock)."""
+        held = sum(a.nbytes for a in self._answers.values())
+        while self._answers and (len(self._answers) > RESULT_ENTRIES or held > self.results_bytes):
+            held -= self._answers.popitem(last=False)[1].nbytes
+
+    def bound_results(self, max_bytes: int) -> int:
+        """Hold at most `max_bytes` of answers from now on (0: none); the bound before."""
+        with self._lock:
+            previous, self.results_bytes = self.results_bytes, int(max_bytes)
+            self._trim_answers()
+        return previous
 
     def concept(self, prepared, inputs: dict) -> tuple[dict, str]:
         out, status = self.request(prepared, "concept", inputs, contract.ENCODED_CONCEPT)
@@ -390,6 +412,8 @@ class FeatureCacheClient:
             info["results"] = {
                 "entries": len(self._answers),
                 "max_entries": RESULT_ENTRIES,
+                "bytes": sum(a.nbytes for a in self._answers.values()),
+                "max_bytes": self.results_bytes,
                 "refiltered": self.refiltered,
             }
             info["resent"] = self.resent

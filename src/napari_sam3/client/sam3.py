@@ -7,9 +7,10 @@ postprocess, so they return the same DataFrames.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -373,6 +374,7 @@ class Sam3Client:
             max_detections(self.manifest.num_queries, max_det),
         )
         frame.attrs["cache"] = status
+        frame.attrs["mask_bytes"] = _answer_bytes(out[contract.MASKS_RLE])
         return frame
 
     @_on_the_served_model
@@ -449,6 +451,7 @@ class Sam3Client:
         frames = [f for f in frames if len(f)]
         frame = pd.concat(frames, ignore_index=True) if frames else empty_result()
         frame.attrs["cache"] = status
+        frame.attrs["mask_bytes"] = _answer_bytes(masks)
         return frame
 
     # -- concepts ----------------------------------------------------------------------------
@@ -507,6 +510,38 @@ class Sam3Client:
         (answers re-filtered here), `image_bytes` (one image's features)."""
         return self._features.info()
 
+    @contextlib.contextmanager
+    def cache_limits(
+        self,
+        features_bytes: int | None = None,
+        heads_bytes: int | None = None,
+        results_bytes: int | None = None,
+    ) -> Iterator[None]:
+        """Within the block, bound this process's caches (bytes; None leaves one as it is), then
+        restore them: `features_bytes` and `heads_bytes` for the embedded engine's feature and
+        heads caches (at least one image's features: `cache_info()["image_bytes"]`; a server's
+        caches are its own), `results_bytes` for the answers held here to re-filter (0: none).
+        Scene runs use it so that tiles, seen once, fill no cache beyond their budget."""
+        for name, value in (
+            ("features_bytes", features_bytes),
+            ("heads_bytes", heads_bytes),
+            ("results_bytes", results_bytes),
+        ):
+            if value is not None:
+                validate.integer(name, value, 0, 2**62)
+        engine = self.engine if isinstance(self.engine, LocalEngine) else None
+        before = None
+        if engine is not None and (features_bytes is not None or heads_bytes is not None):
+            before = engine.cache_bounds(features_bytes, heads_bytes)
+        results = None if results_bytes is None else self._features.bound_results(results_bytes)
+        try:
+            yield
+        finally:
+            if results is not None:
+                self._features.bound_results(results)
+            if before is not None:
+                engine.cache_bounds(*before)
+
     def clear_cache(self) -> dict:
         """Drop every cached image and result (here and where the model runs)."""
         return self._features.clear()
@@ -514,6 +549,14 @@ class Sam3Client:
     def is_cached(self, image: ImageLike | PreparedImage, bands=None) -> bool:
         """Whether the model holds this image's features now (a prompt would not encode it)."""
         return self._features.held(self._as_prepared(image, bands))
+
+
+def _answer_bytes(masks) -> int:
+    """The runs of every mask the model answered, before deduplication (the work a result took:
+    scene runs plan their memory from it); 0 where only the payload's bytes are known."""
+    masks = getattr(masks, "masks", masks)
+    runs = getattr(masks, "runs", None)
+    return 0 if runs is None else int(runs.nbytes)
 
 
 def _vector_exemplars(image, exemplars, boxes, labels):

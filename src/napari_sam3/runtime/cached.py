@@ -98,6 +98,7 @@ class ByteLRU:
                 f"{item_bytes} bytes ({item_bytes / 1e6:.1f} MB); raise the bound to at least that"
             )
         self.max_bytes, self.ttl_s = int(max_bytes), float(ttl_s)
+        self.item_bytes, self.what = int(item_bytes), what
         self._items: OrderedDict[str, tuple[float, int, dict]] = OrderedDict()
         self._inflight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -152,6 +153,21 @@ class ByteLRU:
             self._items[key] = (time.monotonic(), size, value)
             self.bytes += size
             return True
+
+    def resize(self, max_bytes: int) -> int:
+        """Bound the cache at `max_bytes` from now on (least recently used entries evicted to
+        fit); the previous bound."""
+        if max_bytes < self.item_bytes:
+            raise ValueError(
+                f"cache bound {max_bytes} bytes holds no {self.what or 'entry'}: one needs "
+                f"{self.item_bytes} bytes"
+            )
+        with self._lock:
+            previous, self.max_bytes = self.max_bytes, int(max_bytes)
+            while self._items and self.bytes > self.max_bytes:
+                self._drop(next(iter(self._items)))
+                self.evictions += 1
+        return previous
 
     def get_or_compute(self, key: str, compute) -> tuple[dict, bool]:
         """(value, was_cached)."""

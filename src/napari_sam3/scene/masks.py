@@ -51,6 +51,11 @@ class SceneMask(LazyMask):
         return self.rle.area
 
     @property
+    def nbytes(self) -> int:
+        """The memory its runs take."""
+        return int(self.rle.runs.nbytes)
+
+    @property
     def bbox(self) -> tuple[int, int, int, int]:
         h, w = self.rle.shape
         if self.rle.area == 0:

@@ -29,7 +29,10 @@ from napari_sam3.imagery.stac import scene_source
 from napari_sam3.imagery.stretch import StretchStats, scene_stretch, to_model_rgb
 from napari_sam3.masks.protocol import frame_masks, tight_crop
 from napari_sam3.prompts.concept import Concept
+from napari_sam3.runtime.cached import heads_bytes, image_bytes
+from napari_sam3.runtime.engines.local import LocalEngine
 from napari_sam3.scene.aoi import aoi_window, tiles_touching
+from napari_sam3.scene.budget import ScenePlan, resolve_budget
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, nodata_pixels, tile_grid
@@ -65,18 +68,24 @@ class _Query:
     concepts: list[tuple[str, Concept]]
     options: dict[str, Any]
 
-    def run(self, client: Any, prepared: Any) -> list[pd.DataFrame]:
-        """One vision pass per tile for every keyword and concept (chunks of `max_keywords`)."""
+    @property
+    def count(self) -> int:
+        return len(self.texts) + len(self.concepts)
+
+    def run(self, client: Any, prepared: Any, limit: int) -> list[pd.DataFrame]:
+        """One vision pass per tile for every keyword and concept, at most `limit` of them in a
+        request (one frame each)."""
         if len(self.texts) == 1 and not self.concepts:
             return [client.segment(prepared, self.texts[0], **self.options)]
         queries = [("text", t) for t in self.texts] + [("concept", c) for c in self.concepts]
-        limit = client.manifest.max_keywords
         frames = []
         for i in range(0, len(queries), limit):
             chunk = queries[i : i + limit]
             texts = [q for kind, q in chunk if kind == "text"]
             concepts = [q for kind, q in chunk if kind == "concept"]
-            frames.append(client.multi(prepared, texts, concepts=concepts, **self.options))
+            frame = client.multi(prepared, texts, concepts=concepts, **self.options)
+            frame.attrs["queries"] = len(chunk)
+            frames.append(frame)
         return frames
 
 
@@ -102,6 +111,7 @@ def segment_scene(
     aoi: Any = None,
     gsd: float | None = None,
     assets: Sequence[str] | None = None,
+    memory_budget: int | str | None = None,
 ) -> pd.DataFrame:
     """Segment a whole raster tile by tile; one row per object, in scene pixels.
 
@@ -136,6 +146,10 @@ def segment_scene(
             pixels); masks are in that grid, whose exact georeferencing ``df.attrs["scene"]``
             holds, so polygons come out in the raster's CRS.
         assets: the STAC item's assets to use (1 RGB asset or 3 bands), instead of its RGB ones.
+        memory_budget: the memory the run may take beyond the engine itself (bytes, or a size such as
+            ``"1.5GB"``): tiles in flight, queries per request and the caches are planned within
+            it (:mod:`napari_sam3.scene.budget`); default a quarter of the memory available, at
+            most 1.5 GiB. It never changes the detections.
 
     Returns:
         Columns ``box`` (float32 x1, y1, x2, y2 in scene pixels), ``score``, ``mask``
@@ -144,8 +158,8 @@ def segment_scene(
         ``gsd`` (metres per pixel of the grid tiled: ``gsd``, else the raster's own; NaN
         without a projected CRS); best score first. ``df.attrs`` holds ``scene`` (shape, CRS,
         transform, gsd), ``tiles`` (the whole grid), ``tiles_run`` (those segmented), ``aoi``
-        (the AOI's window, or None),
-        ``skipped_tiles`` (all nodata) and ``timings`` (seconds per phase: read, stretch
+        (the AOI's window, or None), ``memory`` (the budget and how it was used:
+        ``ScenePlan.report``), ``skipped_tiles`` (all nodata) and ``timings`` (seconds per phase: read, stretch
         (the scene's statistics, ``scene_stats``, and every tile's stretch and letterbox),
         model (seconds the requests took, summed over the requests in flight), wait (this
         thread waiting for the model), merge; wall; and ``peak_in_flight``).
@@ -162,11 +176,17 @@ def segment_scene(
     timings = dict.fromkeys(PHASES, 0.0)
     in_flight = default_in_flight(client) if in_flight is None else in_flight
     in_flight = validate.positive_int("in_flight", in_flight, 256)
+    plan = scene_plan(client, resolve_budget(memory_budget), query.count, in_flight, tiles, info)
     grid = _Grid(gsd, _covering(run) if window is not None else None)
 
-    with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES), keep_remote_open():
+    # tiles are seen once: no heads or answers kept to re-filter, features only for those running
+    with (
+        rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES),
+        keep_remote_open(),
+        client.cache_limits(plan.feature_cache(), heads_bytes=0, results_bytes=0),
+    ):
         detections, skipped = _run_tiles(
-            client, source, info, run, query, bands, stats, nodata, progress, timings, in_flight,
+            client, source, info, run, query, bands, stats, nodata, progress, timings, plan,
             grid,
         )  # fmt: skip
 
@@ -188,6 +208,7 @@ def segment_scene(
         tiles=tiles,
         tiles_run=[t.index for t in run],
         aoi=window,
+        memory=plan.report(),
         skipped_tiles=skipped,
         timings=timings,
     )
@@ -274,6 +295,26 @@ def read_tile(
     return client.prepare(rgb), invalid, t1 - t0, time.perf_counter() - t1
 
 
+def scene_plan(
+    client: Any, budget: int, queries: int, in_flight: int, tiles: list[Tile], info: RasterInfo
+) -> ScenePlan:
+    """The run's memory plan: what one tile and one query take in this process (the features
+    and raw head outputs only where the model runs here, the embedded engine)."""
+    here = isinstance(client.engine, LocalEngine)
+    sizes = client.manifest.sizes if here else None
+    side = max(max(t.height, t.width) for t in tiles) if tiles else int(client.image_size)
+    pixels = side * side + 3 * int(client.image_size) ** 2  # bands as read, and the model input
+    return ScenePlan(
+        budget=budget,
+        features=image_bytes(sizes) if here else 0,
+        query=heads_bytes(sizes) if here else 0,
+        tile=pixels * (info.count * info.dtype.itemsize + 2),
+        queries=queries,
+        per_request=int(client.manifest.max_keywords),
+        requested=in_flight,
+    )
+
+
 def default_in_flight(client: Any) -> int:
     """Requests in flight by default: what the engine says it serves at once (a server pool: its
     servers' instances, plus one queued each), else 1 (the embedded engine runs one at a time)."""
@@ -291,15 +332,16 @@ def _run_tiles(
     nodata: float | None,
     progress: Progress,
     timings: dict[str, float],
-    in_flight: int,
+    plan: ScenePlan,
     grid: _Grid | None = None,
 ) -> tuple[list[Detection], int]:
     """Every tile through the model: (detections in scene pixels, tiles skipped).
 
     Three stages: one thread reads and stretches tiles in order (at most ``_READ_AHEAD`` ready
-    before the model takes them); ``in_flight`` threads run the model; this thread collects the
-    results **in tile order**, so the detections are exactly the serial run's. At most
-    ``in_flight + _READ_AHEAD + 1`` tiles are held at once.
+    before the model takes them); up to ``plan.requested`` threads run the model, as many at
+    once as ``plan.in_flight()`` allows; this thread collects the results **in tile order**, so
+    the detections are exactly the serial run's. At most ``in_flight + _READ_AHEAD + 1`` tiles
+    are held at once.
     """
     grid = grid or _Grid()
     t0 = time.perf_counter()
@@ -311,9 +353,9 @@ def _run_tiles(
     def load(tile: Tile) -> tuple[Any, np.ndarray | None, float, float]:
         return read_tile(client, source, tile, bands, stats, nodata, grid.gsd)
 
-    def infer(prepared: Any) -> tuple[list[pd.DataFrame], float]:
+    def infer(prepared: Any, limit: int) -> tuple[list[pd.DataFrame], float]:
         t0 = time.perf_counter()
-        return query.run(client, prepared), time.perf_counter() - t0
+        return query.run(client, prepared, limit), time.perf_counter() - t0
 
     report = _progress(progress, len(tiles), _source_name(info.path))
     detections: list[Detection] = []
@@ -325,7 +367,7 @@ def _run_tiles(
     try:
         with (
             ThreadPoolExecutor(1, thread_name_prefix="sam3-read") as reader,
-            ThreadPoolExecutor(in_flight, thread_name_prefix="sam3-infer") as model,
+            ThreadPoolExecutor(plan.requested, thread_name_prefix="sam3-infer") as model,
         ):
             upcoming = iter(tiles)
             done = 0
@@ -342,8 +384,8 @@ def _run_tiles(
                 # Fill the model's slots with tiles as they are read.
                 while (
                     loads
-                    and sum(f is not None for _, _, f in running) < in_flight
-                    and len(running) < in_flight + _READ_AHEAD
+                    and sum(f is not None for _, _, f in running) < plan.in_flight()
+                    and len(running) < plan.in_flight() + _READ_AHEAD
                 ):
                     tile, future = loads.popleft()
                     prepared, invalid, t_read, t_stretch = future.result()
@@ -351,7 +393,8 @@ def _run_tiles(
                     with stats_lock:
                         timings["read"] += t_read
                         timings["stretch"] += t_stretch
-                    job = None if prepared is None else model.submit(infer, prepared)
+                    limit = plan.request_size()
+                    job = None if prepared is None else model.submit(infer, prepared, limit)
                     running.append((tile, None if job is None else invalid, job))
                     busy = sum(f is not None for _, _, f in running)
                     timings["peak_in_flight"] = max(timings["peak_in_flight"], busy)
@@ -364,8 +407,13 @@ def _run_tiles(
                     t0 = time.perf_counter()
                     frames, seconds = job.result()
                     t1 = time.perf_counter()
-                    for frame in frames:
-                        detections += _tile_detections(frame, tile, invalid, info)
+                    found = [d for f in frames for d in _tile_detections(f, tile, invalid, info)]
+                    detections += found
+                    plan.observe(
+                        [f.attrs.get("mask_bytes", 0) // f.attrs.get("queries", 1) for f in frames],
+                        sum(d.mask.nbytes for d in found),
+                    )
+                    del frames, job  # a tile's answers (all its candidates' runs) go now
                     timings["wait"] += t1 - t0
                     timings["model"] += seconds
                     timings["merge"] += time.perf_counter() - t1

@@ -44,6 +44,9 @@ TIPS = {  # the number fields' tooltips
     "many metres on the ground (smaller than the raster's = upsampled, for small objects; "
     "larger = downsampled, for large ones); tile size and overlap are in those pixels. "
     "0 = the raster's native resolution",
+    "memory": "Memory the run may take beyond the model itself: tiles in flight, prompts per "
+    "request and caches are planned within it (the objects found do not change). "
+    "0 = a quarter of the available memory, at most 1.5 GiB",
 }
 
 
@@ -160,6 +163,7 @@ class SceneWidget(Sam3Widget):
         self.tile_size = number(0, (0, 100_000), "Tile size", TIPS["tile_size"])
         self.overlap = number(-1, (-1, 50_000), "Overlap", TIPS["overlap"])
         self.gsd = number(0.0, (0.0, 100_000.0), "GSD (m)", TIPS["gsd"], step=0.5)
+        self.memory = number(0.0, (0.0, 4096.0), "Memory (GiB)", TIPS["memory"], step=0.5)
         self.run_button = PushButton(text="Segment scene")
         self.run_button.changed.connect(self.run)
         self._cancel_event = threading.Event()
@@ -175,6 +179,7 @@ class SceneWidget(Sam3Widget):
                 self.tile_size,
                 self.overlap,
                 self.gsd,
+                self.memory,
                 *add_threshold_fields(self, shared),
                 self.run_button,
             ]
@@ -214,6 +219,7 @@ class SceneWidget(Sam3Widget):
         from napari_sam3.imagery.raster import raster_info
         from napari_sam3.scene import tile_grid
         from napari_sam3.scene.aoi import aoi_window, tiles_touching
+        from napari_sam3.scene.budget import resolve_budget
 
         client = self.client
         words = parse_keywords(self.prompt.value)
@@ -229,6 +235,7 @@ class SceneWidget(Sam3Widget):
             "bands": default_bands(layer, self.bands.value),
             "gsd": float(self.gsd.value) or None,
             "aoi": self._aoi(source, layer),
+            "memory_budget": resolve_budget(int(self.memory.value * 2**30) or None),
             **options,
         }
         if len(words) == 1:

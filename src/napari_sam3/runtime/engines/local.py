@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from napari_sam3.core import contract
 from napari_sam3.runtime.engines.model_config import (
     ModelConfig,
     OutputNames,
@@ -98,6 +99,19 @@ class LocalEngine:
         request, so a text-only session never holds the concept, exemplar or click graphs."""
         with self._lock:
             return [name for name in self.choices if name in self._runners]
+
+    def cache_bounds(
+        self, features: int | None = None, heads: int | None = None
+    ) -> tuple[int, int]:
+        """Bound the feature cache and the heads cache of `sam3_cached` at these bytes from now
+        on (None: unchanged); the bounds before, to restore them."""
+        logic = self._runner(self.config(contract.CACHED))
+        previous = (logic.features.max_bytes, logic.heads.max_bytes)
+        if features is not None:
+            logic.features.resize(features)
+        if heads is not None:
+            logic.heads.resize(heads)
+        return previous
 
     def config(self, model_name: str) -> ModelConfig:
         try:
