@@ -176,3 +176,22 @@ def test_a_real_scene_run_leaves_no_tile_in_the_caches_and_restores_their_bounds
     assert after["heads"]["entries"] == 0 and after["results"]["entries"] == 0
     assert 1 <= after["features"]["entries"] <= 2
     assert len(frame) >= 1
+
+
+def test_objects_held_beyond_the_budget_are_all_kept_and_the_run_says_so(
+    make_stub, geotiff, tmp_path, monkeypatch
+):
+    import warnings
+
+    from napari_sam3.scene import budget
+
+    monkeypatch.setattr(budget, "MIN_BUDGET", 1)  # a budget a test's few objects can exceed
+    path = _scene(geotiff, tmp_path)
+    options = dict(prompt="a", tile_size=64, overlap=8, progress=False)
+    with pytest.warns(UserWarning, match="more than the memory budget .* all kept"):
+        tight = segment_scene(make_stub(full_tile=True), path, memory_budget=64, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        roomy = segment_scene(make_stub(full_tile=True), path, memory_budget=GIB, **options)
+    assert tight.attrs["memory"]["detections_held"] > 64
+    assert len(tight) == len(roomy) > 0

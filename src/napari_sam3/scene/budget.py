@@ -133,6 +133,11 @@ class ScenePlan:
         self.held += held_added
         self.peak_held = max(self.peak_held, self.held)
 
+    def over_budget(self) -> bool:
+        """Whether the detections held alone exceed the budget (they are kept: nothing found is
+        dropped, but the run takes more memory than it was given)."""
+        return self.held > self.budget
+
     def report(self) -> dict:
         return {
             "budget": self.budget,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import rasterio
+from dask.utils import format_bytes
 
 from napari_sam3.client.results import empty_result
 from napari_sam3.core import validate
@@ -364,6 +366,7 @@ def _run_tiles(
     running: deque[tuple[Tile, np.ndarray | None, Future | None]] = deque()
     stats_lock = threading.Lock()
     timings["peak_in_flight"] = 0
+    warned = False
     try:
         with (
             ThreadPoolExecutor(1, thread_name_prefix="sam3-read") as reader,
@@ -414,6 +417,15 @@ def _run_tiles(
                         sum(d.mask.nbytes for d in found),
                     )
                     del frames, job  # a tile's answers (all its candidates' runs) go now
+                    if plan.over_budget() and not warned:
+                        warned = True
+                        warnings.warn(
+                            f"the objects found so far take {format_bytes(plan.held)}, more "
+                            f"than the memory budget ({format_bytes(plan.budget)}); they are "
+                            "all kept. Raise score_thr, lower max_det, segment an area of "
+                            "interest, or raise the budget",
+                            stacklevel=2,
+                        )
                     timings["wait"] += t1 - t0
                     timings["model"] += seconds
                     timings["merge"] += time.perf_counter() - t1
