@@ -9,7 +9,9 @@ larger than S is downsampled). All keywords of a tile share one vision pass (``c
 Every detection is mapped to scene pixels and kept as a :class:`SceneMask`: the run-length code
 of its bounding-box crop plus the crop's offset, never a dense scene-sized array. Memory thus
 grows with the tiles in flight (``in_flight`` model requests plus two read ahead) and the
-detections' own size, not with the scene; GDAL's block cache is capped at ``GDAL_CACHE_BYTES``
+detections' own size, not with the scene, within one memory budget
+(:mod:`~napari_sam3.scene.budget`: the tiles in flight and the queries per request it leaves
+room for, with no cache of tiles seen); GDAL's block cache is capped at ``GDAL_CACHE_BYTES``
 while the scene is read.
 
 Across tiles, in this order:
