@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,6 +205,46 @@ def default_cache_dir() -> Path:
     except ImportError:  # the copy beside a Triton model, in an environment without platformdirs
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "napari-sam3"
     return base / "openvino"
+
+
+# OpenVINO's folder holds, per graph file, its compiled blob and (bf16) its fp16 IR: a full-size
+# repository takes 3-4 GB at one precision. Every re-export adds folders, so the least recently
+# used go beyond this bound (a Logic parameter, `openvino_cache_bytes`, changes it).
+CACHE_LIMIT_BYTES = 8 * 2**30
+CACHE_IN_USE_S = 3600  # a folder used this recently may be another process's: never removed
+
+
+def _is_graph_folder(folder: Path) -> bool:
+    """One of ours: named by `_graph_signature` (32 hex digits); nothing else is ever removed."""
+    name = folder.name
+    return folder.is_dir() and len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def prune_cache(
+    base: Path, keep: Path, max_bytes: int = CACHE_LIMIT_BYTES, now: float | None = None
+) -> list[Path]:
+    """Remove the least recently used graph folders of OpenVINO's cache `base` until it holds at
+    most `max_bytes`; never `keep`, a folder used within `CACHE_IN_USE_S`, or anything not named
+    like a graph folder. The folders removed (a removal that fails is skipped)."""
+    now = time.time() if now is None else now
+    folders = [f for f in base.iterdir() if _is_graph_folder(f)] if base.is_dir() else []
+    sizes = {f: _folder_bytes(f) for f in folders}
+    total = sum(sizes.values())
+    removed = []
+    for folder in sorted(folders, key=lambda f: f.stat().st_mtime):
+        if total <= max_bytes:
+            break
+        if folder.resolve() == keep.resolve() or now - folder.stat().st_mtime < CACHE_IN_USE_S:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            total -= sizes[folder]
+            removed.append(folder)
+    return removed
 
 
 def _ort_providers() -> list[str]:
@@ -398,12 +439,14 @@ class OpenVinoRunner:
         threads: int = 0,
         cache_dir: str | Path | None = None,
         graph: str = "",
+        cache_limit: int = CACHE_LIMIT_BYTES,
     ) -> None:
         ov = _host.import_openvino()
         core = ov.Core()
         base = Path(cache_dir) if cache_dir else default_cache_dir()
         self.cache_dir = base / _graph_signature(Path(path))
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        os.utime(self.cache_dir)  # used now: the pruning below goes by this time
         core.set_property({"CACHE_DIR": str(self.cache_dir)})
         # Compiled from the path, OpenVINO checks its cache before reading the file: full-size
         # encoder, warm cache 7.4 s and 3.8 GB RSS, against 8.9 s and 5.6 GB through read_model
@@ -413,6 +456,7 @@ class OpenVinoRunner:
             core, path, choice, threads, graph, folder=self.cache_dir
         )
         self.released = release_file_pages(self._mapped_files(Path(path)))
+        self.pruned = prune_cache(base, self.cache_dir, cache_limit)
         self.input_names = [p.get_any_name() for p in self.compiled.inputs]
         self.output_names = [p.get_any_name() for p in self.compiled.outputs]
         self.device = "CPU"
@@ -440,6 +484,7 @@ def make_runner(
     cache_dir: str | Path | None = None,
     graph: str | None = None,
     choice: Choice | None = None,
+    cache_limit: int = CACHE_LIMIT_BYTES,
 ):
     """A runner for the graph at `path`: `.run(feed) -> {output name: array}`, `.choice` (what
     it runs at, after compiling). `choice` (from `choose`) replaces runtime and precision."""
@@ -448,7 +493,7 @@ def make_runner(
     choice = choice or choose(graph, runtime, precision)
     try:
         if choice.runtime == OPENVINO:
-            runner = OpenVinoRunner(path, choice, threads, cache_dir, graph)
+            runner = OpenVinoRunner(path, choice, threads, cache_dir, graph, cache_limit)
             choice = runner.choice
         else:
             runner = OrtRunner(path, threads)
@@ -482,7 +527,8 @@ def _gist(error: Exception) -> str:
 
 class Logic:
     """The Python-backend model (and embedded runner) of one ONNX graph. Config parameters:
-    `runtime`, `precision`, `intra_op_threads`, `openvino_cache_dir`. Without `runtime` (a
+    `runtime`, `precision`, `intra_op_threads`, `openvino_cache_dir`, `openvino_cache_bytes`
+    (the bound of that folder, `CACHE_LIMIT_BYTES` by default). Without `runtime` (a
     repository written before runtimes were a choice) it runs ONNX Runtime at fp32, as then."""
 
     def __init__(self, model_dir: str, parameters: dict) -> None:
@@ -493,6 +539,7 @@ class Logic:
             threads=int(parameters.get("intra_op_threads", "0")),
             cache_dir=parameters.get("openvino_cache_dir") or None,
             graph=parameters.get("graph_name") or Path(model_dir).parent.name,
+            cache_limit=int(parameters.get("openvino_cache_bytes") or CACHE_LIMIT_BYTES),
         )
         self.choice = self.runner.choice
         self.inputs = list(self.runner.input_names)
