@@ -83,7 +83,9 @@ class ScenePlan:
     ``features``: one tile's vision features in this process (0 where a server runs the model);
     ``query``: one query's raw head outputs in this process (0 likewise); ``tile``: one tile's
     pixels as read and prepared; ``queries``: queries per tile; ``per_request``: the most the
-    model takes in one request; ``requested``: the tiles in flight asked for.
+    model takes in one request; ``requested``: the tiles in flight asked for; ``cache``: the
+    feature cache's own bound (what it may hold when the budget leaves room: a run again with
+    other prompts then encodes no tile it holds).
     """
 
     budget: int
@@ -93,6 +95,7 @@ class ScenePlan:
     queries: int
     per_request: int
     requested: int
+    cache: int = 0
     mask_bytes: int = 0  # the most one query's masks took on a tile so far (runs)
     measured: bool = False
     held: int = 0  # the detections' masks held for the merge
@@ -122,8 +125,16 @@ class ScenePlan:
         return max(1, min(self.requested, int(fits)))
 
     def feature_cache(self) -> int:
-        """The feature cache's bound for the run: the most tiles that can be in flight."""
-        return max(1, self.requested) * self.features
+        """The feature cache's bound now: what the tiles in flight, their work and the
+        detections held leave of the budget, at least the features of the tiles in flight, at
+        most the cache's own bound. Before a tile was measured the work is taken as one query
+        whose masks take nothing: the cache is trimmed to its share after the first tile."""
+        if not self.features:
+            return 0
+        tiles = self.in_flight()
+        work = tiles * (self.tile + self.request_size() * self.query_cost())
+        room = self.budget - self.held - work
+        return max(tiles * self.features, min(self.cache, room))
 
     def observe(self, query_mask_bytes: list[int], held_added: int) -> None:
         """After a tile: the runs each of its queries returned, and what it added to the held."""
@@ -146,6 +157,7 @@ class ScenePlan:
             "masks_per_query": self.mask_bytes,
             "queries_per_request": self.request_size(),
             "in_flight": self.in_flight(),
+            "feature_cache": self.feature_cache(),
             "detections_held": self.peak_held,
         }
 

@@ -181,7 +181,7 @@ def segment_scene(
     plan = scene_plan(client, resolve_budget(memory_budget), query.count, in_flight, tiles, info)
     grid = _Grid(gsd, _covering(run) if window is not None else None)
 
-    # tiles are seen once: no heads or answers kept to re-filter, features only for those running
+    # no raw heads or answers kept to re-filter tiles; features as far as the budget leaves room
     with (
         rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES),
         keep_remote_open(),
@@ -304,6 +304,7 @@ def scene_plan(
     and raw head outputs only where the model runs here, the embedded engine)."""
     here = isinstance(client.engine, LocalEngine)
     sizes = client.manifest.sizes if here else None
+    cache = client.cache_info()["features"]["max_bytes"] if here else 0
     side = max(max(t.height, t.width) for t in tiles) if tiles else int(client.image_size)
     pixels = side * side + 3 * int(client.image_size) ** 2  # bands as read, and the model input
     return ScenePlan(
@@ -314,6 +315,7 @@ def scene_plan(
         queries=queries,
         per_request=int(client.manifest.max_keywords),
         requested=in_flight,
+        cache=cache,
     )
 
 
@@ -416,6 +418,8 @@ def _run_tiles(
                         [f.attrs.get("mask_bytes", 0) // f.attrs.get("queries", 1) for f in frames],
                         sum(d.mask.nbytes for d in found),
                     )
+                    if plan.features:  # the cache takes what the work leaves of the budget
+                        client.engine.cache_bounds(features=plan.feature_cache())
                     del frames, job  # a tile's answers (all its candidates' runs) go now
                     if plan.over_budget() and not warned:
                         warned = True
