@@ -11,7 +11,7 @@ of its bounding-box crop plus the crop's offset, never a dense scene-sized array
 grows with the tiles in flight (``in_flight`` model requests plus two read ahead) and the
 detections' own size, not with the scene, within one memory budget
 (:mod:`~napari_sam3.scene.budget`: the tiles in flight and the queries per request it leaves
-room for, with no cache of tiles seen); GDAL's block cache is capped at ``GDAL_CACHE_BYTES``
+room for, and the tiles' features it lets the cache keep); GDAL's block cache is capped at ``GDAL_CACHE_BYTES``
 while the scene is read.
 
 Across tiles, in this order:

@@ -11,12 +11,14 @@ Beyond the engine itself (weights and compiled graphs, loaded once), a scene run
 - the read-ahead tiles' pixels;
 - the detections held until the seams are merged (their masks as runs).
 
-Tiles are seen once, so during a run the heads cache and the answers kept for re-filtering are
-off and the feature cache holds only the tiles in flight. The plan runs the first tile alone, one
-query per request, measures what its masks take, and from then on puts as many queries in a request
-and as many tiles in flight as the budget leaves room for (at least one of each: a budget below
-one tile's need slows the run down to one query at a time, it never stops it). The detections
-never depend on the plan: queries are independent, and tiles are merged in order.
+During a run the heads cache and the answers kept for re-filtering are off (a tile's prompts are
+not re-filtered), and the feature cache holds what the rest leaves of the budget, at most its own
+bound (so that a run again with other prompts encodes no tile it still holds). The plan runs the
+first tile alone, one query per request, measures what its masks take, and from then on puts as
+many queries in a request and as many tiles in flight as the budget leaves room for (at least one
+of each: a budget below one tile's need slows the run down to one query at a time, it never stops
+it). The detections never depend on the plan: queries are independent, and tiles are merged in
+order.
 """
 
 from __future__ import annotations
