@@ -14,7 +14,7 @@ import rasterio
 from napari_sam3.cli import main
 from napari_sam3.client.connection import ConnectionSpec
 from napari_sam3.imagery.raster import read_raster
-from napari_sam3.scene.batch import JOURNAL, LOCK, segment_scenes
+from napari_sam3.scene.batch import JOURNAL, LOCK, segment_scenes, worker_budget
 from napari_sam3.serving.ports import free_port
 
 from .conftest import write_geotiff
@@ -84,6 +84,10 @@ def test_changed_input_or_options_are_not_skipped(folder, tiny_repository, tmp_p
     assert list(first.done) == [str(paths[0])]
     again = segment_scenes(spec, paths, out, prompt="building", score_thr=0.0, resume=True)
     assert list(again.skipped) == [str(paths[0])] and not again.done
+    # another memory budget finds the same objects: not a changed option
+    budget = segment_scenes(spec, paths, out, prompt="building", score_thr=0.0, resume=True,
+                            memory_budget="700MB")  # fmt: skip
+    assert list(budget.skipped) == [str(paths[0])] and not budget.done
     with pytest.raises(FileExistsError, match="overwrite"):
         segment_scenes(spec, paths, out, prompt="road", score_thr=0.0, resume=True)
 
@@ -126,3 +130,12 @@ def test_a_band_free_label_raster_folder(folder, tiny_repository, tmp_path):
     assert result.ok
     with rasterio.open(out / "south.tif") as ds, rasterio.open(folder / "south.tif") as src:
         assert ds.crs == src.crs and ds.shape == src.shape
+
+
+def test_a_local_cluster_shares_the_machine_s_default_budget_among_its_workers():
+    from napari_sam3.scene.budget import DEFAULT_BUDGET_CAP, MIN_BUDGET
+
+    gib = 2**30
+    assert worker_budget(4, available=16 * gib) == DEFAULT_BUDGET_CAP // 4  # capped, then shared
+    assert worker_budget(2, available=2 * gib) == gib // 4  # a quarter of 2 GiB, in two
+    assert worker_budget(64, available=16 * gib) == MIN_BUDGET  # never below the floor

@@ -335,7 +335,9 @@ def segment_scenes(
     )
     if postprocess is not None and not postprocess.steps:
         postprocess = None
-    keyed = {**options, "fmt": fmt, "simplify": simplify}
+    # the memory budget never changes the objects found: a resume with another finds them done
+    keyed = {k: v for k, v in options.items() if k != "memory_budget"}
+    keyed.update(fmt=fmt, simplify=simplify)
     if postprocess is not None:  # (absent, the key of a run before post-processing existed)
         keyed["postprocess"] = postprocess
     key = _options_key(keyed)
@@ -380,6 +382,8 @@ def segment_scenes(
                 result.failed[str(path)] = error
                 note(path, "failed", error)
 
+        if workers is not None and options.get("memory_budget") is None:
+            options = {**options, "memory_budget": worker_budget(int(workers))}
         args = (options, overwrite, simplify, fmt == "cog", postprocess)
         if workers is None and scheduler is None:
             for path in todo:
@@ -390,6 +394,14 @@ def segment_scenes(
             _on_dask(spec, todo, targets, args, retries, workers, scheduler,
                      scheduler_timeout, finish)  # fmt: skip
     return result
+
+
+def worker_budget(workers: int, available: int | None = None) -> int:
+    """Each of a local cluster's workers' scene memory budget by default: the machine's default
+    budget (:func:`~napari_sam3.scene.budget.default_budget`) shared among them."""
+    from napari_sam3.scene.budget import MIN_BUDGET, default_budget
+
+    return max(MIN_BUDGET, default_budget(available) // max(1, workers))
 
 
 def _describe(error: BaseException) -> str:
