@@ -816,7 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="memory a scene may take beyond the model itself, e.g. 1.5GB or 800MB: tiles in "
         "flight, prompts per request and caches are planned within it (default: a quarter of the "
-        "available memory, at most 1.5 GiB; with --workers, each worker's)",
+        "available memory, at most 1.5 GiB; with --workers, shared among them)",
     )
     area = segment.add_argument_group("area and scale")
     area.add_argument(
