@@ -155,6 +155,9 @@ def noisy_logits(n: int, size: int, seed: int, kind: str) -> np.ndarray:
     m = round(size / 3.5)
     if kind == "random":
         return rng.normal(0, 1, (n, m, m)).astype(np.float32)
+    if kind == "copies":  # noise shared in part by every mask: what random weights give
+        shared = rng.normal(0, 1, (1, m, m))
+        return (shared + rng.normal(0, 0.3, (n, m, m))).astype(np.float32)
     coarse = rng.normal(0, 1, (n, m // 4 + 1, m // 4 + 1))
     smooth = np.repeat(np.repeat(coarse, 4, axis=1), 4, axis=2)[:, :m, :m]
     return (smooth + rng.normal(0, 0.6, (n, m, m)) - 0.3).astype(np.float32)
@@ -182,6 +185,43 @@ def run_noisy(kind: str, n: int, size: int, seed: int, repeats: int) -> None:
     print(f"threshold + runs from crops  : {crops_ms:8.1f} ms (postprocess, one run)")
 
 
+def run_kernels(kind: str, n: int, size: int, seed: int, repeats: int) -> None:
+    """The full-resolution mask work of a prompt (threshold + runs, dedup 0.85), numpy reference
+    against the compiled kernels, same input, identical results (checked here)."""
+    from napari_sam3.masks import rle_kernels
+    from napari_sam3.masks.dedup import dedup_masks
+    from napari_sam3.masks.rle import RleMasks
+    from napari_sam3.runtime.postprocess import threshold_masks
+
+    logits = noisy_logits(n, size, seed, kind)
+    scores = np.linspace(1.0, 0.5, n)
+    figures, results = {}, {}
+    for name, enabled in (("numpy", False), ("compiled", True)):
+        rle_kernels.ENABLED = enabled
+        threshold_masks(logits[:2], size, 0.0)  # compiled (or loaded from the cache) first
+        made_ms, batch = timed(lambda: threshold_masks(logits, size, 0.0), repeats)
+
+        def dedup(batch=batch):  # a fresh batch each time: nothing remembered
+            fresh = RleMasks._from_runs(batch.runs, batch.counts, batch.shape)
+            fresh._bboxes, fresh._areas = batch.bboxes, batch.areas
+            fresh._spans = batch._interval_spans()
+            return dedup_masks(fresh, scores, 0.85)
+
+        dedup_ms, kept = timed(dedup, repeats)
+        figures[name] = (made_ms, dedup_ms)
+        results[name] = (batch.runs, kept)
+    rle_kernels.ENABLED = rle_kernels.AVAILABLE
+    assert np.array_equal(results["numpy"][0], results["compiled"][0])
+    assert np.array_equal(results["numpy"][1], results["compiled"][1])
+    (a, b), (c, d) = figures["numpy"], figures["compiled"]
+    print(f"\n== kernels, {kind}: {n} masks of {size}x{size}, {results['numpy'][0].size} runs")
+    print(f"threshold + runs numpy / compiled : {a:8.1f} / {c:.1f} ms = {a / c:.1f}x")
+    print(f"dedup 0.85       numpy / compiled : {b:8.1f} / {d:.1f} ms = {b / d:.1f}x")
+    print(
+        f"both             numpy / compiled : {a + b:8.1f} / {c + d:.1f} ms = {(a + b) / (c + d):.1f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200)
@@ -189,7 +229,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--noisy-only", action="store_true")
+    parser.add_argument(
+        "--kernels-only", action="store_true", help="only numpy vs the compiled mask kernels"
+    )
     args = parser.parse_args()
+    for kind in ("random", "copies", "fields"):
+        run_kernels(kind, args.n, args.size, args.seed, args.repeats)
+    if args.kernels_only:
+        return
     for kind in ("random", "fields"):
         run_noisy(kind, args.n, args.size, args.seed, min(args.repeats, 3))
     if args.noisy_only:

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from napari_sam3.plugin.sample_data import sentinel2_sample_bands
+# numba caches the compiled mask kernels (masks/rle_kernels.py) beside their source where it
+# can; tests must write nothing into the tree, so this session's cache is a temporary folder
+# (servers and workers started by the tests inherit it). A pytest plugin (napari's) may have
+# imported numba already: it reads the setting again.
+os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="sam3-numba-")
+atexit.register(shutil.rmtree, os.environ["NUMBA_CACHE_DIR"], ignore_errors=True)
+if "numba" in sys.modules:
+    sys.modules["numba"].config.reload_config()
+
+from napari_sam3.plugin.sample_data import sentinel2_sample_bands  # noqa: E402
 
 try:
     # torch (and the `triton` kernel language that `import sam3` pulls in) must load before any

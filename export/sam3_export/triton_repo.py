@@ -14,7 +14,7 @@
 - the Python models `sam3_postprocess`, `sam3_multi` and `sam3_cached` (the one feature cache,
   in front of every head that needs image features: grounding, concepts, clicks, the point grid): a generic adapter as
   `model.py`, beside verbatim copies of their logic modules from `napari_sam3.runtime`
-  (and `rle.py`, `contract.py`), so that server and embedded engine run the same code;
+  (and `rle.py`, `rle_kernels.py`, `contract.py`), so that server and embedded engine run the same code;
 - the ensembles `sam3_segment`, `sam3_concept`, `sam3_segment_concept`, carrying the manifest.
 """
 
@@ -31,6 +31,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 import napari_sam3
 from napari_sam3.core import contract, errors, validate
 from napari_sam3.masks import rle as rle_module
+from napari_sam3.masks import rle_kernels
 from napari_sam3.runtime import cached as cached_logic
 from napari_sam3.runtime import onnx_runner
 
@@ -118,6 +119,7 @@ def _python_model(
         *(LOGIC_DIR / f"{name}.py" for name in siblings),
         LOGIC_DIR / "postprocess.py",
         Path(rle_module.__file__),
+        Path(rle_kernels.__file__),  # postprocess.py's compiled path (numpy where numba is absent)
         Path(contract.__file__),
         Path(validate.__file__),  # the checks every Python model runs on its inputs
         Path(errors.__file__),

@@ -587,7 +587,7 @@ def test_concat_and_take_carry_what_is_known_and_match_a_fresh_batch() -> None:
         np.testing.assert_array_equal(got.bboxes, want.bboxes)
         for a, b in zip(got.intervals(), want.intervals(), strict=True):
             np.testing.assert_array_equal(a, b)
-    assert joined.take(np.arange(2, 6))._intervals is not None  # carried, not recomputed
+    assert joined.take(np.arange(2, 6))._spans is not None  # carried, not recomputed
     scattered = joined.take([5, 0, 5])
     np.testing.assert_array_equal(scattered.bboxes, fresh.bboxes[[5, 0, 5]])
     np.testing.assert_array_equal(scattered.to_dense(), dense[[5, 0, 5]])

@@ -6,6 +6,7 @@ downsampling). Box overlap is only used to skip pairs that cannot reach the thre
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from napari_sam3.core import validate
+from napari_sam3.masks import rle_kernels
 from napari_sam3.masks.protocol import LazyMask, Mask
 from napari_sam3.masks.rle import RleMask, RleMasks
 
@@ -319,24 +321,47 @@ class _Overlap:
     stretch of the axis, contributes ``F(e) - F(s)``.
 
     Fragmented masks (noise-like model output, fields, clouds) have so many intervals that a
-    pair is cheaper to count on bits: each such mask's rows are packed once (8 pixels a byte)
-    and the pair's shared rows are ANDed and counted. Both ways are exact.
+    pair is cheaper to count on bits: each such mask's rows are packed once (8 pixels a byte;
+    with the compiled kernels of ``rle_kernels``, 64 a word and many pairs a call) and the pair's
+    shared rows are ANDed and counted. Both ways are exact.
     """
 
     def __init__(self, batch: RleMasks, threshold: float) -> None:
         self.batch = batch
         self.bits: dict[int, np.ndarray] = {}
+        self.packed: rle_kernels.PackedMasks | None = None
         self.threshold = threshold
         self.areas = batch.areas
         h, w = batch.shape
         self.hw = h * w
         self.w = w
-        owner, start, end = batch.intervals()
-        self.start = start + owner * self.hw
-        self.end = end + owner * self.hw
-        self.length = end - start
-        self.before = np.cumsum(self.length) - self.length
         self.boxes = batch.bboxes
+
+    # Batch-wide positions (mask index * H*W + position within the mask), made when first used:
+    # with the compiled kernels, fragmented pairs need none of them.
+    @functools.cached_property
+    def start(self) -> np.ndarray:
+        owner, start, _ = self.batch.intervals()
+        return start + owner * self.hw
+
+    @functools.cached_property
+    def end(self) -> np.ndarray:
+        owner, _, end = self.batch.intervals()
+        return end + owner * self.hw
+
+    @functools.cached_property
+    def length(self) -> np.ndarray:
+        _, start, end = self.batch._interval_spans()
+        return end - start
+
+    @functools.cached_property
+    def before(self) -> np.ndarray:
+        return np.cumsum(self.length) - self.length
+
+    @functools.cached_property
+    def offsets(self) -> np.ndarray:
+        """Where each mask's intervals begin (and the last ends)."""
+        return self.batch._interval_spans()[0]
 
     def suppressed(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Whether each pair reaches the overlap-coefficient threshold."""
@@ -360,8 +385,23 @@ class _Overlap:
         x0 = np.maximum(self.boxes[a, 0], self.boxes[b, 0]) // 8
         x1 = (np.minimum(self.boxes[a, 2], self.boxes[b, 2]) + 7) // 8
         dense = count > np.maximum(y1 - y0, 0) * np.maximum(x1 - x0, 0) / _BYTES_PER_PROBE
-        for k in np.flatnonzero(dense).tolist():
-            out[k] = self._bit_count(int(a[k]), int(b[k]), y0[k], y1[k], x0[k], x1[k])
+        if rle_kernels.ENABLED:
+            pairs = np.flatnonzero(dense)
+            a_, b_ = a[pairs], b[pairs]
+            packed = self._words()
+            _, start, end = self.batch._interval_spans()
+            packed.pack(np.concatenate([a_, b_]), start, end, self.offsets)
+            out[pairs] = packed.and_counts(
+                a_,
+                b_,
+                y0[pairs],
+                y1[pairs],
+                np.maximum(self.boxes[a_, 0], self.boxes[b_, 0]),
+                np.minimum(self.boxes[a_, 2], self.boxes[b_, 2]),
+            )
+        else:
+            for k in np.flatnonzero(dense).tolist():
+                out[k] = self._bit_count(int(a[k]), int(b[k]), y0[k], y1[k], x0[k], x1[k])
         k = ~dense
         out[k] = self._by_intervals(a[k], b[k], swap[k], first_a[k], first_b[k], count[k])
         return out
@@ -383,6 +423,12 @@ class _Overlap:
             rows = self.batch.mask(i).window(y0, 0, y1, self.w)
             packed = self.bits[i] = np.packbits(rows, axis=1)
         return packed
+
+    def _words(self) -> rle_kernels.PackedMasks:
+        """The masks as bits for the compiled kernels (each packed when first needed)."""
+        if self.packed is None:
+            self.packed = rle_kernels.PackedMasks(self.boxes, self.w)
+        return self.packed
 
     def _by_intervals(
         self,
@@ -421,6 +467,9 @@ class _Overlap:
         self, mask: np.ndarray, y0: np.ndarray, y1: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """First index and number of ``mask``'s intervals touching rows ``y0 <= y < y1``."""
+        if rle_kernels.ENABLED:
+            _, start, end = self.batch._interval_spans()
+            return rle_kernels.in_rows(start, end, self.offsets, mask, y0, y1, self.w)
         base = mask * self.hw
         first = np.searchsorted(self.end, base + y0 * self.w, side="right")
         stop = np.searchsorted(self.start, base + y1 * self.w, side="left")

@@ -265,6 +265,8 @@ class RleMasks:
         self._areas: np.ndarray | None = None
         self._bboxes: np.ndarray | None = None
         self._intervals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # the same intervals with, instead of each one's mask, where each mask's begin
+        self._spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._source: tuple[RleMasks, np.ndarray] | None = None
         return self
 
@@ -286,11 +288,7 @@ class RleMasks:
         (areas, boxes and dedup need them)."""
         h, w = (int(v) for v in shape)
         n = len(crops)
-        starts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-        ends: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-        k = np.zeros(n, dtype=np.int64)
-        boxes = np.zeros((n, 4), dtype=np.int64)
-        runs: list[np.ndarray | None] = [None] * n
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * n
         for i, crop in enumerate(crops):
             if crop is None:
                 continue
@@ -306,23 +304,60 @@ class RleMasks:
                 continue
             y0, y1 = int(ys[0]), int(ys[-1]) + 1
             xs = np.flatnonzero(pixels[y0:y1].any(axis=0))
-            boxes[i] = (col + xs[0], row + y0, col + xs[-1] + 1, row + y1)
+            box = np.array([col + xs[0], row + y0, col + xs[-1] + 1, row + y1], dtype=np.int64)
             s, e = _band_intervals(pixels[y0:y1], (int(row) + y0) * w + int(col), w)
-            starts.append(s)
-            ends.append(e)
-            k[i] = s.size
             # mask by mask: the arrays stay cache-sized (batch-wide was 4x slower on noise)
-            runs[i] = _runs_from_intervals(s, e, 1, h * w)[0]
+            parts[i] = (s, e, _runs_from_intervals(s, e, 1, h * w)[0], box)
+        return cls._from_parts(parts, (h, w))
+
+    @classmethod
+    def _from_parts(
+        cls,
+        parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None],
+        shape: tuple[int, int],
+    ) -> RleMasks:
+        """A batch from each mask's ``(starts, ends, runs, box)`` (None: an empty mask)."""
+        h, w = shape
+        n = len(parts)
         empty = np.full(1 if h * w else 0, h * w, dtype=np.int64)
-        runs = [empty if r is None else r for r in runs]
-        counts = np.array([r.size for r in runs], dtype=np.int64)
-        batch = cls._from_runs(np.concatenate([np.zeros(0, np.int64), *runs]), counts, (h, w))
-        owner = np.repeat(np.arange(n, dtype=np.int64), k)
-        local_start, local_end = np.concatenate(starts), np.concatenate(ends)
-        for a in (owner, local_start, local_end, boxes):
-            a.flags.writeable = False
-        batch._intervals = (owner, local_start, local_end)
+        none = np.zeros(0, dtype=np.int64)
+        parts = [(none, none, empty, np.zeros(4, np.int64)) if p is None else p for p in parts]
+        areas = np.array([int((p[1] - p[0]).sum()) for p in parts], dtype=np.int64)
+        return cls._from_intervals(
+            np.concatenate([none, *(p[2] for p in parts)]),
+            np.array([p[2].size for p in parts], dtype=np.int64),
+            np.concatenate([none, *(p[0] for p in parts)]),
+            np.concatenate([none, *(p[1] for p in parts)]),
+            np.array([p[0].size for p in parts], dtype=np.int64),
+            np.array([p[3] for p in parts], dtype=np.int64).reshape(n, 4),
+            shape,
+            areas,
+        )
+
+    @classmethod
+    def _from_intervals(
+        cls,
+        runs: np.ndarray,
+        counts: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        k: np.ndarray,
+        boxes: np.ndarray,
+        shape: tuple[int, int],
+        areas: np.ndarray | None = None,
+    ) -> RleMasks:
+        """A batch from its canonical runs (split by ``counts``) with the foreground intervals
+        they describe (positions within each mask, int32 or int64; ``k`` of them per mask), the
+        masks' boxes and
+        (where known) areas, which are kept (dedup needs them). Trusted: made by this package."""
+        batch = cls._from_runs(runs, counts, shape)
+        offsets = np.concatenate([[0], np.cumsum(k)]).astype(np.int64)
+        for a in (offsets, starts, ends, boxes, areas):
+            if a is not None:
+                a.flags.writeable = False
+        batch._spans = (offsets, starts, ends)
         batch._bboxes = boxes
+        batch._areas = areas
         return batch
 
     @classmethod
@@ -370,8 +405,10 @@ class RleMasks:
     def areas(self) -> np.ndarray:
         """Foreground pixel count of each mask, int64 ``[N]``."""
         if self._areas is None:
-            owner, start, end = self.intervals()
-            areas = np.bincount(owner, weights=end - start, minlength=len(self)).astype(np.int64)
+            owner, start, end = self.intervals()  # sorted by mask
+            total = np.concatenate([[0], np.cumsum(end - start)])
+            bounds = np.searchsorted(owner, np.arange(len(self) + 1))
+            areas = total[bounds[1:]] - total[bounds[:-1]]
             areas.flags.writeable = False
             self._areas = areas
         return self._areas
@@ -395,12 +432,31 @@ class RleMasks:
         end exclusive; sorted by mask, then position.
         """
         if self._intervals is None:
-            h, w = self._shape
-            result = _intervals_from_runs(self._runs, self._counts, h * w)
+            if self._spans is not None:
+                offsets, start, end = self._spans
+                owner = np.repeat(np.arange(len(self), dtype=np.int64), np.diff(offsets))
+                result = (
+                    owner,
+                    start.astype(np.int64, copy=False),
+                    end.astype(np.int64, copy=False),
+                )
+            else:
+                h, w = self._shape
+                result = _intervals_from_runs(self._runs, self._counts, h * w)
             for a in result:
                 a.flags.writeable = False
             self._intervals = result
         return self._intervals
+
+    def _interval_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`intervals` as ``(offsets, start, end)``: mask ``i``'s intervals are
+        ``offsets[i]:offsets[i + 1]`` (no per-interval mask index is made; positions int32 or
+        int64)."""
+        if self._spans is None:
+            owner, start, end = self.intervals()
+            offsets = np.searchsorted(owner, np.arange(len(self) + 1)).astype(np.int64)
+            self._spans = (_frozen(offsets), start, end)
+        return self._spans
 
     # -- per-mask access ----------------------------------------------------------------------
 
@@ -454,10 +510,10 @@ class RleMasks:
             taken._areas = _frozen(self._areas[idx])
         if self._bboxes is not None:
             taken._bboxes = _frozen(self._bboxes[idx])
-        if self._intervals is not None and is_range:  # intervals are sorted by mask
-            owner, start, end = self._intervals
-            a, b = np.searchsorted(owner, [lo, hi])
-            taken._intervals = (_frozen(owner[a:b] - lo), start[a:b], end[a:b])
+        if is_range and (self._spans is not None or self._intervals is not None):
+            offsets, start, end = self._interval_spans()
+            a, b = int(offsets[lo]), int(offsets[hi])
+            taken._spans = (_frozen(offsets[lo : hi + 1] - a), start[a:b], end[a:b])
         return taken
 
     @classmethod
@@ -478,16 +534,14 @@ class RleMasks:
         )
         if batches and all(b._bboxes is not None for b in batches):
             out._bboxes = _frozen(np.concatenate([b._bboxes for b in batches]))
-        if batches and all(b._intervals is not None for b in batches):
-            first = np.cumsum([0] + [len(b) for b in batches])
-            parts = [b._intervals for b in batches]
-            out._intervals = tuple(
-                _frozen(
-                    np.concatenate(
-                        [p[k] + (first[i] if k == 0 else 0) for i, p in enumerate(parts)]
-                    )
-                )
-                for k in range(3)
+        if batches and all(b._spans is not None or b._intervals is not None for b in batches):
+            parts = [b._interval_spans() for b in batches]
+            first = np.cumsum([0] + [p[0][-1] for p in parts])
+            offsets = [parts[0][0][:1]] + [p[0][1:] + first[i] for i, p in enumerate(parts)]
+            out._spans = (
+                _frozen(np.concatenate(offsets).astype(np.int64)),
+                _frozen(np.concatenate([p[1] for p in parts])),
+                _frozen(np.concatenate([p[2] for p in parts])),
             )
         return out
 

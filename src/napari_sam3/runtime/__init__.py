@@ -1,7 +1,8 @@
 """The logic of the Python-backend models in the Triton model repository.
 
 Each module here needs only numpy (onnxruntime for `onnx_runner`), its sibling modules and
-`contract.py` / `masks/rle.py`, because `sam3-export` copies it, with those two files, beside a
+`contract.py` / `masks/rle.py` / `masks/rle_kernels.py` (numba where installed, else numpy),
+because `sam3-export` copies it, with those files, beside a
 generic Triton adapter (`triton_adapter.py`, written as the model's `model.py`); there the
 modules import each other by plain name (`import contract`), inside the package relatively.
 The embedded engine imports the package's own modules (`napari_sam3.runtime.<name>`), not

@@ -1,7 +1,7 @@
 """Whether a repository's copy of the model code is this napari-sam3's.
 
 `sam3-export` copies the Python models' logic (napari_sam3/runtime, core/contract.py,
-masks/rle.py) into the repository, because Triton's Python backend runs it from there. A
+masks/rle.py, masks/rle_kernels.py) into the repository, because Triton's Python backend runs it from there. A
 repository written by another version holds other code: the embedded engine (which runs the
 package's own modules) and a server on that repository would then disagree. `sam3-serve` refuses
 such a repository and the embedded engine warns; both give the command that refreshes it.
@@ -20,7 +20,7 @@ REFRESH_COMMAND = "sam3-export --refresh --out {repository}"
 
 def _package_sources() -> dict[str, Path]:
     """The installed package's file for each file name a Python model's folder holds."""
-    from napari_sam3.masks import rle
+    from napari_sam3.masks import rle, rle_kernels
     from napari_sam3.runtime import __file__ as logic_init
 
     logic = Path(logic_init).parent
@@ -30,6 +30,7 @@ def _package_sources() -> dict[str, Path]:
     sources["validate.py"] = Path(validate.__file__)
     sources["errors.py"] = Path(errors.__file__)
     sources["rle.py"] = Path(rle.__file__)
+    sources["rle_kernels.py"] = Path(rle_kernels.__file__)
     return sources
 
 
