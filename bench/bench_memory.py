@@ -168,6 +168,7 @@ def part_scene(repo: Path, threads: int, size: int, budget: str | None) -> dict:
                 "features_per_tile",
                 "heads_per_query",
                 "masks_per_query",
+                "feature_cache",
                 "detections_held",
             )
             else v
