@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+import types
 
 import numpy as np
 import pandas as pd
@@ -36,6 +38,8 @@ class _Slow:
 
     image_size = 32
     model_id = "stub"
+    manifest = types.SimpleNamespace(max_keywords=4)
+    engine = types.SimpleNamespace(concurrency=lambda: 1)  # the Engine member scenes read
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -55,6 +59,9 @@ class _Slow:
                     client.alive -= 1
 
         return Tile()
+
+    def cache_limits(self, *_bounds, **_named) -> contextlib.nullcontext:
+        return contextlib.nullcontext()  # a stub holds no cache
 
     def segment(self, prepared, prompt, **options):
         from napari_sam3.client.results import empty_result
