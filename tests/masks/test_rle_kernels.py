@@ -16,6 +16,8 @@ from napari_sam3.masks.dedup import dedup_masks
 from napari_sam3.masks.rle import RleMasks
 from napari_sam3.runtime.postprocess import postprocess_masks, threshold_masks, upsample_logits
 
+from ..runtime.test_postprocess_crops import blobs
+
 
 def test_numba_is_installed_here():
     # a declared dependency: both paths below run on every host of the suite
@@ -50,19 +52,10 @@ def noise(n: int, m: int, seed: int) -> np.ndarray:
 
 
 def smooth(n: int, m: int, seed: int) -> np.ndarray:
-    """Discs like a trained model's, with an empty, a full, a border-only and a one-pixel mask,
+    """The postprocess tests' discs and edge cases (empty, full, border-only, one pixel), plus
     one touching the last column (runs going on from one row to the next) and one in a corner."""
-    rng = np.random.default_rng(seed)
+    out = blobs(n, m, seed)
     yy, xx = np.mgrid[0:m, 0:m]
-    out = np.empty((n, m, m), np.float32)
-    for i in range(n):
-        cx, cy = rng.uniform(0, m, 2)
-        out[i] = (rng.uniform(1, m / 4) - np.hypot(xx - cx, yy - cy)) / 2
-    out[0] = -4.0
-    out[1] = 4.0
-    out[2] = np.where((yy == 0) | (xx == 0) | (yy == m - 1) | (xx == m - 1), 3.0, -3.0)
-    out[3] = -3.0
-    out[3, m // 2, m // 3] = 2.0
     out[4] = np.where((xx == 0) | (xx == m - 1), 3.0, -3.0)
     out[5] = np.where((xx > m - 3) & (yy > m - 3), 3.0, -3.0)
     return out
