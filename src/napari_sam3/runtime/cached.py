@@ -100,18 +100,28 @@ class ByteLRU:
     """
 
     def __init__(self, max_bytes: int, ttl_s: float, item_bytes: int = 0, what: str = "") -> None:
-        if max_bytes < item_bytes:
-            raise ValueError(
-                f"cache bound {max_bytes} bytes holds no {what or 'entry'}: one needs "
-                f"{item_bytes} bytes ({item_bytes / 1e6:.1f} MB); raise the bound to at least that"
-            )
-        self.max_bytes, self.ttl_s = int(max_bytes), float(ttl_s)
         self.item_bytes, self.what = int(item_bytes), what
+        self.max_bytes, self.ttl_s = self._checked(max_bytes), float(ttl_s)
         self._items: OrderedDict[str, tuple[float, int, dict]] = OrderedDict()
         self._inflight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self.bytes = 0
         self.hits = self.misses = self.evictions = self.expired = self.computed = 0
+
+    def _checked(self, max_bytes: int) -> int:
+        if max_bytes < self.item_bytes:
+            raise ValueError(
+                f"cache bound {max_bytes} bytes holds no {self.what or 'entry'}: one needs "
+                f"{self.item_bytes} bytes ({self.item_bytes / 1e6:.1f} MB); raise the bound to at "
+                "least that"
+            )
+        return int(max_bytes)
+
+    def _evict_to(self, limit: int) -> None:
+        """Drop the least recently used entries until at most `limit` bytes are held."""
+        while self._items and self.bytes > limit:
+            self._drop(next(iter(self._items)))
+            self.evictions += 1
 
     def _drop(self, key: str) -> None:
         _, size, _ = self._items.pop(key)
@@ -155,9 +165,7 @@ class ByteLRU:
             if key in self._items:
                 self._drop(key)
             self._expire(time.monotonic())
-            while self._items and self.bytes + size > self.max_bytes:
-                self._drop(next(iter(self._items)))
-                self.evictions += 1
+            self._evict_to(self.max_bytes - size)
             self._items[key] = (time.monotonic(), size, value)
             self.bytes += size
             return True
@@ -165,16 +173,10 @@ class ByteLRU:
     def resize(self, max_bytes: int) -> int:
         """Bound the cache at `max_bytes` from now on (least recently used entries evicted to
         fit); the previous bound."""
-        if max_bytes < self.item_bytes:
-            raise ValueError(
-                f"cache bound {max_bytes} bytes holds no {self.what or 'entry'}: one needs "
-                f"{self.item_bytes} bytes"
-            )
+        max_bytes = self._checked(max_bytes)
         with self._lock:
-            previous, self.max_bytes = self.max_bytes, int(max_bytes)
-            while self._items and self.bytes > self.max_bytes:
-                self._drop(next(iter(self._items)))
-                self.evictions += 1
+            previous, self.max_bytes = self.max_bytes, max_bytes
+            self._evict_to(max_bytes)
         return previous
 
     def get_or_compute(self, key: str, compute) -> tuple[dict, bool]:
