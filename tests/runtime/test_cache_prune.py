@@ -53,3 +53,10 @@ def test_compiling_a_graph_prunes_the_stale_folders_of_other_exports(tiny_reposi
     logic = R.Logic(version, {**params, "openvino_cache_bytes": str(MB)})
     assert not stale.exists() and logic.runner.pruned == [stale]
     assert logic.runner.cache_dir.is_dir()  # the graph's own folder stays, over the bound or not
+
+
+def test_a_folder_another_process_removed_meanwhile_is_passed_over(tmp_path):
+    gone = tmp_path / ("7" * 32)  # listed, then removed by another process's pruning
+    assert R._folder_use(gone) is None
+    current = _folder(tmp_path, "8" * 32, MB, 0)
+    assert R.prune_cache(tmp_path, current, max_bytes=0) == []

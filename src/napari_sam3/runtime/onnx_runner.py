@@ -220,8 +220,15 @@ def _is_graph_folder(folder: Path) -> bool:
     return folder.is_dir() and len(name) == 32 and all(c in "0123456789abcdef" for c in name)
 
 
-def _folder_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+def _folder_use(folder: Path) -> tuple[float, int] | None:
+    """(last used, bytes) of a graph folder; None where another process removed it meanwhile."""
+    try:
+        size = sum(
+            f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()
+        )
+        return folder.stat().st_mtime, size
+    except OSError:
+        return None
 
 
 def prune_cache(
@@ -232,17 +239,17 @@ def prune_cache(
     like a graph folder. The folders removed (a removal that fails is skipped)."""
     now = time.time() if now is None else now
     folders = [f for f in base.iterdir() if _is_graph_folder(f)] if base.is_dir() else []
-    sizes = {f: _folder_bytes(f) for f in folders}
-    total = sum(sizes.values())
+    use = {f: u for f in folders if (u := _folder_use(f)) is not None}
+    total = sum(size for _, size in use.values())
     removed = []
-    for folder in sorted(folders, key=lambda f: f.stat().st_mtime):
+    for folder, (used, size) in sorted(use.items(), key=lambda item: item[1][0]):
         if total <= max_bytes:
             break
-        if folder.resolve() == keep.resolve() or now - folder.stat().st_mtime < CACHE_IN_USE_S:
+        if folder.resolve() == keep.resolve() or now - used < CACHE_IN_USE_S:
             continue
         shutil.rmtree(folder, ignore_errors=True)
         if not folder.exists():
-            total -= sizes[folder]
+            total -= size
             removed.append(folder)
     return removed
 
