@@ -344,7 +344,7 @@ def _run_tiles(
     Three stages: one thread reads and stretches tiles in order (at most ``_READ_AHEAD`` ready
     before the model takes them); up to ``plan.requested`` threads run the model, as many at
     once as ``plan.in_flight()`` allows; this thread collects the results **in tile order**, so
-    the detections are exactly the serial run's. At most ``in_flight + _READ_AHEAD + 1`` tiles
+    the detections are exactly the serial run's. At most ``plan.requested + _READ_AHEAD + 1`` tiles
     are held at once.
     """
     grid = grid or _Grid()
