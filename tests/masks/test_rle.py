@@ -593,3 +593,50 @@ def test_concat_and_take_carry_what_is_known_and_match_a_fresh_batch() -> None:
     np.testing.assert_array_equal(scattered.to_dense(), dense[[5, 0, 5]])
     with pytest.raises(ValueError, match="cannot join"):
         RleMasks.concat([parts[0], RleMasks.from_dense(dense[:, :5])], (12, 10))
+
+
+def test_a_batch_from_intervals_makes_runs_only_when_asked_and_they_are_canonical() -> None:
+    """Masks thresholded in-process hold their intervals; the runs, whole or per mask, are made
+    on demand and equal the encoder's, whatever is taken or joined first."""
+    rng = np.random.default_rng(11)
+    h, w = 17, 13
+    dense = rng.random((6, h, w)) < 0.45
+    dense[1] = False  # empty
+    dense[2, -1, -1] = True  # the last pixel is foreground: no trailing background run
+    dense[3] = True  # full
+    dense[4, :, :] = False
+    dense[4, 0, 0] = True  # the first pixel only: a zero-length first background run
+    eager = decode_masks(encode_masks(dense))
+
+    def lazy() -> RleMasks:
+        return RleMasks.from_crops([(0, 0, m) for m in dense], (h, w))
+
+    batch = lazy()
+    held = batch.nbytes
+    np.testing.assert_array_equal(batch.counts, eager.counts)  # known without the runs
+    assert repr(batch) == repr(eager)
+    for i in range(len(dense)):  # per mask, from that mask's intervals alone
+        one, want = batch.mask(i), eager.mask(i)
+        assert (one.area, one.bbox) == (want.area, want.bbox)  # no runs needed
+        assert one.crop()[:2] == want.crop()[:2]
+        np.testing.assert_array_equal(one.crop()[2], want.crop()[2])
+        np.testing.assert_array_equal(one.runs, want.runs)
+        assert one == want and pickle.loads(pickle.dumps(one)) == want
+    assert [m.runs.tolist() for m in batch.as_list()] == [m.runs.tolist() for m in eager.as_list()]
+    assert batch.nbytes == held  # still no runs for the whole batch
+    for idx in ([1, 2, 3], [5, 0, 5, -2], [], [4]):
+        taken = lazy().take(idx)
+        want = eager.take(idx)
+        np.testing.assert_array_equal(taken.counts, want.counts)
+        np.testing.assert_array_equal(taken.runs, want.runs)
+        np.testing.assert_array_equal(taken.areas, want.areas)
+        np.testing.assert_array_equal(taken.bboxes, want.bboxes)
+        np.testing.assert_array_equal(taken.to_dense(), dense[idx].reshape(-1, h, w))
+    joined = RleMasks.concat([lazy().take([0, 1]), eager.take([2, 3]), lazy().take([4, 5])], (h, w))
+    assert joined.to_bytes() == encode_masks(dense)
+    for a, b in zip(joined.intervals(), eager.intervals(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(batch.runs, eager.runs)
+    assert batch.nbytes == held + eager.runs.nbytes  # made once, and kept
+    assert batch.to_bytes() == encode_masks(dense)
+    np.testing.assert_array_equal(batch.to_dense(), dense)

@@ -97,7 +97,7 @@ class _Answer:
 
     @property
     def nbytes(self) -> int:
-        return int(self.masks.runs.nbytes + self.scores.nbytes + self.boxes.nbytes)
+        return int(self.masks.nbytes + self.scores.nbytes + self.boxes.nbytes)
 
 
 class FeatureCacheClient:

@@ -552,11 +552,12 @@ class Sam3Client:
 
 
 def _answer_bytes(masks) -> int:
-    """The runs of every mask the model answered, before deduplication (the work a result took:
-    scene runs plan their memory from it); 0 where only the payload's bytes are known."""
+    """What the runs of every mask the model answered take (8 bytes a run, made or not: how
+    fragmented the masks are), before deduplication: the work a result took, from which scene
+    runs plan their memory; 0 where only the payload's bytes are known."""
     masks = getattr(masks, "masks", masks)
-    runs = getattr(masks, "runs", None)
-    return 0 if runs is None else int(runs.nbytes)
+    counts = getattr(masks, "counts", None)
+    return 0 if counts is None else 8 * int(np.sum(counts))
 
 
 def _vector_exemplars(image, exemplars, boxes, labels):

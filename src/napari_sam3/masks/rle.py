@@ -88,11 +88,12 @@ def decode_mask(payload: bytes | bytearray | memoryview) -> RleMask:
 class RleMask:
     """One mask kept as its runs: small enough to live in a pandas column.
 
-    Masks taken from an :class:`RleMasks` hold a read-only view into the batch's runs (no copy).
+    Masks taken from an :class:`RleMasks` hold a read-only view into the batch's runs, or into
+    its intervals where the batch has no runs (their runs are made on first use; no copy).
     Use :meth:`to_dense` or ``np.asarray(mask)`` for the bool ``[H, W]`` array.
     """
 
-    __slots__ = ("_runs", "_shape")
+    __slots__ = ("_runs", "_shape", "_spans")
 
     def __init__(self, runs: Sequence[int] | np.ndarray, shape: tuple[int, int]) -> None:
         """A mask from canonical runs (docs/rle.md), which are checked and copied."""
@@ -108,6 +109,7 @@ class RleMask:
         values.flags.writeable = False
         self._runs = values
         self._shape = (h, w)
+        self._spans = None
 
     @classmethod
     def _view(cls, runs: np.ndarray, shape: tuple[int, int]) -> RleMask:
@@ -115,6 +117,16 @@ class RleMask:
         mask = object.__new__(cls)
         mask._runs = runs
         mask._shape = shape
+        mask._spans = None
+        return mask
+
+    @classmethod
+    def _of_intervals(cls, starts: np.ndarray, ends: np.ndarray, shape: tuple[int, int]) -> RleMask:
+        # Trusted: a batch's sorted, non-adjacent intervals (positions within the mask).
+        mask = object.__new__(cls)
+        mask._runs = None
+        mask._shape = shape
+        mask._spans = (starts, ends)
         return mask
 
     @classmethod
@@ -164,25 +176,42 @@ class RleMask:
     @property
     def runs(self) -> np.ndarray:
         """Run lengths (int64, read-only), alternating background/foreground, background first."""
+        if self._runs is None:
+            starts, ends = (a.astype(np.int64) for a in self._spans)
+            h, w = self._shape
+            self._runs = _frozen(_runs_from_intervals(starts, ends, 1, h * w, _one(starts.size))[0])
         return self._runs
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of what this mask holds: its runs, or the intervals they will be made from."""
+        held = (self._runs,) if self._runs is not None else self._spans
+        return sum(int(a.nbytes) for a in held)
+
+    @property
     def area(self) -> int:
+        if self._runs is None:
+            starts, ends = self._spans
+            return int((ends - starts).sum())
         return int(self._runs[1::2].sum())
 
     @property
     def bbox(self) -> tuple[int, int, int, int]:
         """``(x1, y1, x2, y2)`` in pixel-edge coordinates (x2, y2 exclusive); zeros if empty."""
         h, w = self._shape
-        counts = np.array([self._runs.size], dtype=np.int64)
-        intervals = _intervals_from_runs(self._runs, counts, h * w)
+        if self._runs is None:
+            starts, ends = (a.astype(np.int64) for a in self._spans)
+            intervals = (np.zeros(starts.size, np.int64), starts, ends)
+        else:
+            counts = np.array([self._runs.size], dtype=np.int64)
+            intervals = _intervals_from_runs(self._runs, counts, h * w)
         return tuple(int(v) for v in _bboxes_from_intervals(*intervals, 1, w)[0])
 
     def to_dense(self) -> np.ndarray:
         h, w = self._shape
-        values = np.zeros(self._runs.size, dtype=bool)
+        values = np.zeros(self.runs.size, dtype=bool)
         values[1::2] = True
-        return np.repeat(values, self._runs).reshape(h, w)
+        return np.repeat(values, self.runs).reshape(h, w)
 
     def crop(self) -> tuple[int, int, np.ndarray]:
         """``(first row, first column, bool pixels)`` of the bounding box; ``(0, 0, 0x0)`` if empty."""
@@ -199,7 +228,7 @@ class RleMask:
         top, bottom, left, right = max(r0, 0), min(r1, h), max(c0, 0), min(c1, w)
         if top >= bottom or left >= right:
             return out
-        ends = np.cumsum(self._runs)
+        ends = np.cumsum(self.runs)
         lo, hi = top * w, bottom * w
         a = int(np.searchsorted(ends, lo, side="right"))  # the run holding pixel lo
         b = int(np.searchsorted(ends, hi, side="left")) + 1  # ... and pixel hi - 1
@@ -214,8 +243,8 @@ class RleMask:
 
     def to_bytes(self) -> bytes:
         """A payload holding this one mask (see :func:`decode_mask`)."""
-        counts = np.array([self._runs.size], dtype=np.int64)
-        return _pack(self._runs, counts, 1, *self._shape)
+        counts = np.array([self.runs.size], dtype=np.int64)
+        return _pack(self.runs, counts, 1, *self._shape)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:
@@ -226,14 +255,14 @@ class RleMask:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RleMask):
             return NotImplemented
-        return self._shape == other._shape and np.array_equal(self._runs, other._runs)
+        return self._shape == other._shape and np.array_equal(self.runs, other.runs)
 
     def __hash__(self) -> int:
-        return hash((self._shape, self._runs.tobytes()))
+        return hash((self._shape, self.runs.tobytes()))
 
     def __repr__(self) -> str:
         h, w = self._shape
-        return f"RleMask(shape=({h}, {w}), area={self.area}, runs={self._runs.size})"
+        return f"RleMask(shape=({h}, {w}), area={self.area}, runs={self.runs.size})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle this mask alone, as its compact payload, not the batch its view points into.
@@ -253,12 +282,16 @@ class RleMasks:
 
     @classmethod
     def _from_runs(cls, runs: np.ndarray, counts: np.ndarray, shape: tuple[int, int]) -> RleMasks:
+        self = cls._new(counts, shape)
+        self._runs = _frozen(np.ascontiguousarray(runs, dtype=np.int64))
+        return self
+
+    @classmethod
+    def _new(cls, counts: np.ndarray, shape: tuple[int, int]) -> RleMasks:
+        """A batch of masks with these run counts, holding nothing else yet."""
         self = object.__new__(cls)
-        runs = np.ascontiguousarray(runs, dtype=np.int64)
-        counts = np.ascontiguousarray(counts, dtype=np.int64)
-        runs.flags.writeable = False
-        counts.flags.writeable = False
-        self._runs = runs
+        counts = _frozen(np.ascontiguousarray(counts, dtype=np.int64))
+        self._runs: np.ndarray | None = None  # made from the intervals when first asked for
         self._counts = counts
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._shape = (int(shape[0]), int(shape[1]))
@@ -288,7 +321,7 @@ class RleMasks:
         (areas, boxes and dedup need them)."""
         h, w = (int(v) for v in shape)
         n = len(crops)
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * n
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * n
         for i, crop in enumerate(crops):
             if crop is None:
                 continue
@@ -305,31 +338,27 @@ class RleMasks:
             y0, y1 = int(ys[0]), int(ys[-1]) + 1
             xs = np.flatnonzero(pixels[y0:y1].any(axis=0))
             box = np.array([col + xs[0], row + y0, col + xs[-1] + 1, row + y1], dtype=np.int64)
-            s, e = _band_intervals(pixels[y0:y1], (int(row) + y0) * w + int(col), w)
             # mask by mask: the arrays stay cache-sized (batch-wide was 4x slower on noise)
-            parts[i] = (s, e, _runs_from_intervals(s, e, 1, h * w)[0], box)
+            s, e = _band_intervals(pixels[y0:y1], (int(row) + y0) * w + int(col), w)
+            parts[i] = (s, e, box)
         return cls._from_parts(parts, (h, w))
 
     @classmethod
     def _from_parts(
         cls,
-        parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None],
+        parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray] | None],
         shape: tuple[int, int],
     ) -> RleMasks:
-        """A batch from each mask's ``(starts, ends, runs, box)`` (None: an empty mask)."""
-        h, w = shape
+        """A batch from each mask's ``(starts, ends, box)`` (None: an empty mask)."""
         n = len(parts)
-        empty = np.full(1 if h * w else 0, h * w, dtype=np.int64)
         none = np.zeros(0, dtype=np.int64)
-        parts = [(none, none, empty, np.zeros(4, np.int64)) if p is None else p for p in parts]
+        parts = [(none, none, np.zeros(4, np.int64)) if p is None else p for p in parts]
         areas = np.array([int((p[1] - p[0]).sum()) for p in parts], dtype=np.int64)
         return cls._from_intervals(
-            np.concatenate([none, *(p[2] for p in parts)]),
-            np.array([p[2].size for p in parts], dtype=np.int64),
             np.concatenate([none, *(p[0] for p in parts)]),
             np.concatenate([none, *(p[1] for p in parts)]),
             np.array([p[0].size for p in parts], dtype=np.int64),
-            np.array([p[3] for p in parts], dtype=np.int64).reshape(n, 4),
+            np.array([p[2] for p in parts], dtype=np.int64).reshape(n, 4),
             shape,
             areas,
         )
@@ -337,27 +366,23 @@ class RleMasks:
     @classmethod
     def _from_intervals(
         cls,
-        runs: np.ndarray,
-        counts: np.ndarray,
         starts: np.ndarray,
         ends: np.ndarray,
         k: np.ndarray,
-        boxes: np.ndarray,
+        boxes: np.ndarray | None,
         shape: tuple[int, int],
         areas: np.ndarray | None = None,
     ) -> RleMasks:
-        """A batch from its canonical runs (split by ``counts``) with the foreground intervals
-        they describe (positions within each mask, int32 or int64; ``k`` of them per mask), the
-        masks' boxes and
-        (where known) areas, which are kept (dedup needs them). Trusted: made by this package."""
-        batch = cls._from_runs(runs, counts, shape)
+        """A batch from its foreground intervals (sorted, non-adjacent positions within each
+        mask, int32 or int64; ``k`` of them per mask), with the masks' boxes and areas where
+        known. The runs are made only when asked for: fragmented masks have millions, and most
+        of a result's masks are only compared and counted (intervals, boxes and areas do that).
+        Trusted: made by this package."""
         offsets = np.concatenate([[0], np.cumsum(k)]).astype(np.int64)
-        for a in (offsets, starts, ends, boxes, areas):
-            if a is not None:
-                a.flags.writeable = False
-        batch._spans = (offsets, starts, ends)
-        batch._bboxes = boxes
-        batch._areas = areas
+        batch = cls._new(_counts_from_spans(offsets, ends, shape[0] * shape[1]), shape)
+        batch._spans = (_frozen(offsets), _frozen(starts), _frozen(ends))
+        batch._bboxes = None if boxes is None else _frozen(boxes)
+        batch._areas = None if areas is None else _frozen(areas)
         return batch
 
     @classmethod
@@ -393,8 +418,18 @@ class RleMasks:
 
     @property
     def runs(self) -> np.ndarray:
-        """All masks' run lengths, concatenated (int64, read-only)."""
+        """All masks' run lengths, concatenated (int64, read-only; made from the intervals the
+        first time where the batch was made from them)."""
+        if self._runs is None:
+            self._runs = _frozen(_runs_from_spans(*self._spans, self._shape[0] * self._shape[1]))
         return self._runs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays this batch holds now (runs where made, intervals, summaries)."""
+        held = [self._runs, self._counts, self._offsets, self._areas, self._bboxes]
+        held += [*(self._spans or ()), *(self._intervals or ())]
+        return sum(int(a.nbytes) for a in held if a is not None)
 
     @property
     def counts(self) -> np.ndarray:
@@ -463,10 +498,16 @@ class RleMasks:
     def mask(self, i: int) -> RleMask:
         """Mask ``i`` as an :class:`RleMask` (shares this batch's memory)."""
         i = self._check_index(i)
+        if self._runs is None:  # its runs are made from its intervals when first used
+            offsets, start, end = self._spans
+            a, b = int(offsets[i]), int(offsets[i + 1])
+            return RleMask._of_intervals(start[a:b], end[a:b], self._shape)
         return RleMask._view(self._runs[self._offsets[i] : self._offsets[i + 1]], self._shape)
 
     def as_list(self) -> list[RleMask]:
         """Every mask as an :class:`RleMask`, e.g. for a pandas column."""
+        if self._runs is None:
+            return [self.mask(i) for i in range(len(self))]
         return [
             RleMask._view(self._runs[a:b], self._shape)
             for a, b in zip(self._offsets[:-1].tolist(), self._offsets[1:].tolist(), strict=True)
@@ -493,16 +534,19 @@ class RleMasks:
         idx = np.where(idx < 0, idx + n, idx).astype(np.int64)
         counts = self._counts[idx]
         is_range = bool(idx.size) and bool(np.all(np.diff(idx) == 1))
-        if is_range:  # a re-filtered prefix, a keyword's share: a view
-            lo, hi = int(idx[0]), int(idx[-1]) + 1
-            runs = self._runs[self._offsets[lo] : self._offsets[hi]]
-        else:
-            starts = self._offsets[idx]
-            within = np.arange(counts.sum(), dtype=np.int64) - np.repeat(
-                np.cumsum(counts) - counts, counts
+        lo, hi = (int(idx[0]), int(idx[-1]) + 1) if is_range else (0, 0)
+        if self._runs is None:
+            taken = RleMasks._new(counts, self._shape)
+        elif is_range:  # a re-filtered prefix, a keyword's share: a view
+            taken = RleMasks._from_runs(
+                self._runs[self._offsets[lo] : self._offsets[hi]], counts, self._shape
             )
-            runs = self._runs[np.repeat(starts, counts) + within]
-        taken = RleMasks._from_runs(runs, counts, self._shape)
+        else:
+            taken = RleMasks._from_runs(
+                self._runs[np.repeat(self._offsets[idx], counts) + _within(counts)],
+                counts,
+                self._shape,
+            )
         root, index = self.source()
         taken._source = (root, index[idx])
         # what is known already of these masks comes along (dedup reads all three)
@@ -510,10 +554,17 @@ class RleMasks:
             taken._areas = _frozen(self._areas[idx])
         if self._bboxes is not None:
             taken._bboxes = _frozen(self._bboxes[idx])
-        if is_range and (self._spans is not None or self._intervals is not None):
+        known = self._spans is not None or self._intervals is not None
+        if self._runs is None or (is_range and known):
             offsets, start, end = self._interval_spans()
-            a, b = int(offsets[lo]), int(offsets[hi])
-            taken._spans = (_frozen(offsets[lo : hi + 1] - a), start[a:b], end[a:b])
+            if is_range:
+                a, b = int(offsets[lo]), int(offsets[hi])
+                taken._spans = (_frozen(offsets[lo : hi + 1] - a), start[a:b], end[a:b])
+            else:
+                k = np.diff(offsets)[idx]
+                at = np.repeat(offsets[idx], k) + _within(k)
+                first = np.concatenate([[0], np.cumsum(k)]).astype(np.int64)
+                taken._spans = (_frozen(first), _frozen(start[at]), _frozen(end[at]))
         return taken
 
     @classmethod
@@ -527,14 +578,19 @@ class RleMasks:
         if len(batches) == 1:
             return batches[0]
         empty = np.zeros(0, np.int64)
-        out = cls._from_runs(
-            np.concatenate([empty, *(b._runs for b in batches)]),
-            np.concatenate([empty, *(b._counts for b in batches)]),
-            shape,
-        )
+        counts = np.concatenate([empty, *(b._counts for b in batches)])
+        if all(b._runs is not None for b in batches):
+            out = cls._from_runs(
+                np.concatenate([empty, *(b._runs for b in batches)]), counts, shape
+            )
+        else:
+            out = cls._new(counts, shape)
         if batches and all(b._bboxes is not None for b in batches):
             out._bboxes = _frozen(np.concatenate([b._bboxes for b in batches]))
-        if batches and all(b._spans is not None or b._intervals is not None for b in batches):
+        if batches and all(b._areas is not None for b in batches):
+            out._areas = _frozen(np.concatenate([b._areas for b in batches]))
+        spans_known = all(b._spans is not None or b._intervals is not None for b in batches)
+        if batches and (out._runs is None or spans_known):
             parts = [b._interval_spans() for b in batches]
             first = np.cumsum([0] + [p[0][-1] for p in parts])
             offsets = [parts[0][0][:1]] + [p[0][1:] + first[i] for i, p in enumerate(parts)]
@@ -556,15 +612,15 @@ class RleMasks:
         """All masks as a bool ``[N, H, W]`` array."""
         h, w = self._shape
         values = (self._local_run_index() & 1).astype(bool)
-        return np.repeat(values, self._runs).reshape(len(self), h, w)
+        return np.repeat(values, self.runs).reshape(len(self), h, w)
 
     def to_bytes(self) -> bytes:
         """Re-encode this batch as a payload (no densification)."""
-        return _pack(self._runs, self._counts, len(self), *self._shape)
+        return _pack(self.runs, self._counts, len(self), *self._shape)
 
     def __repr__(self) -> str:
         h, w = self._shape
-        return f"RleMasks(n={len(self)}, shape=({h}, {w}), runs={self._runs.size})"
+        return f"RleMasks(n={len(self)}, shape=({h}, {w}), runs={int(self._offsets[-1])})"
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -577,7 +633,7 @@ class RleMasks:
         return int(i) % n
 
     def _local_run_index(self) -> np.ndarray:
-        return np.arange(self._runs.size, dtype=np.int64) - np.repeat(
+        return np.arange(int(self._offsets[-1]), dtype=np.int64) - np.repeat(
             self._offsets[:-1], self._counts
         )
 
@@ -734,6 +790,40 @@ def _runs_from_intervals(
         keep[last[drop]] = False
         runs = runs[keep]
     return runs, 2 * k + 1 - drop
+
+
+def _runs_from_spans(
+    offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray, hw: int
+) -> np.ndarray:
+    """All masks' canonical runs from their intervals (positions within each mask, mask
+    ``i``'s at ``offsets[i]:offsets[i + 1]``)."""
+    k = np.diff(offsets).astype(np.int64)
+    shift = np.repeat(np.arange(k.size, dtype=np.int64) * hw, k)
+    starts = starts.astype(np.int64) + shift
+    ends = ends.astype(np.int64) + shift
+    return _runs_from_intervals(starts, ends, k.size, hw, k)[0]
+
+
+def _counts_from_spans(offsets: np.ndarray, ends: np.ndarray, hw: int) -> np.ndarray:
+    """Each mask's number of canonical runs (as :func:`_runs_from_intervals` makes them): a
+    background run before each interval, the interval, and a last background run unless the
+    mask's last pixel is foreground."""
+    k = np.diff(offsets).astype(np.int64)
+    if hw == 0:
+        return np.zeros(k.size, dtype=np.int64)
+    last = ends[np.maximum(offsets[1:] - 1, 0)] if ends.size else np.zeros(k.size, np.int64)
+    return 2 * k + 1 - ((k > 0) & (last == hw))
+
+
+def _within(counts: np.ndarray) -> np.ndarray:
+    """``0..c-1`` for each of ``counts``, concatenated."""
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(
+        np.cumsum(counts) - counts, counts
+    )
+
+
+def _one(k: int) -> np.ndarray:
+    return np.array([k], dtype=np.int64)
 
 
 def _intervals_from_runs(

@@ -157,14 +157,8 @@ def _threshold_edges(
 
 
 @_jit
-def _fill(edges, hw, runs, starts, ends):
-    """A mask's canonical runs and its intervals, from its edges; returns its area."""
-    previous = 0
-    for i in range(edges.size):
-        runs[i] = edges[i] - previous
-        previous = edges[i]
-    if previous < hw:
-        runs[edges.size] = hw - previous
+def _fill(edges, starts, ends):
+    """A mask's intervals from its edges; returns its area."""
     area = 0
     for i in range(edges.size // 2):
         starts[i] = edges[2 * i]
@@ -173,46 +167,36 @@ def _fill(edges, hw, runs, starts, ends):
     return area
 
 
-def threshold_runs(logits: np.ndarray, cut, rows: tuple, cols: tuple, size: int) -> tuple:
+def threshold_intervals(logits: np.ndarray, cut, rows: tuple, cols: tuple, size: int) -> tuple:
     """Each of the [N, h, w] float32 low-res logits upsampled bilinearly to ``size`` x ``size``
-    and thresholded at ``cut``, as ``(runs, counts, starts, ends, k, boxes, areas)``: all masks'
-    runs, the number of each mask's runs, the foreground intervals (positions within each mask),
-    the number of each mask's intervals, their boxes and areas. ``rows`` / ``cols``:
+    and thresholded at ``cut``, as ``(starts, ends, k, boxes, areas)``: all masks' foreground
+    intervals (positions within each mask), the number of each mask's intervals, their boxes
+    and areas. No runs are made (``RleMasks`` makes them when asked: noise-like masks have
+    millions, and held at 8 bytes each they tripled what a result takes). ``rows`` / ``cols``:
     ``(lo, hi, 1 - f, f)`` of each output row / column (``postprocess.axis_weights``)."""
     logits = np.ascontiguousarray(logits, dtype=np.float32)
     cut = np.float32(cut)
     rows = _weights(rows)
     cols = _weights(cols)
-    hw = size * size
     # positions (edges, intervals) within one mask fit 32 bits at any real frame: half the memory
-    like = np.zeros(0, dtype=np.int32 if hw < 2**31 else np.int64)
+    like = np.zeros(0, dtype=np.int32 if size * size < 2**31 else np.int64)
     found = spread(lambda low: _threshold_edges(low, cut, *rows, *cols, size, like), list(logits))
     n = len(found)
     boxes = np.zeros((n, 4), dtype=np.int64)
-    sizes = np.zeros(n, dtype=np.int64)
+    k = np.zeros(n, dtype=np.int64)
     for i, (edges, box) in enumerate(found):
         boxes[i] = box
-        sizes[i] = edges.size
-    k = sizes // 2
-    tail = np.array([e[-1] < hw if e.size else hw > 0 for e, _ in found], dtype=np.int64)
-    counts = sizes + tail
-    runs = np.empty(int(counts.sum()), dtype=np.int64)
+        k[i] = edges.size // 2
     starts = np.empty(int(k.sum()), dtype=like.dtype)
     ends = np.empty(int(k.sum()), dtype=like.dtype)
-    at_run = np.cumsum(counts) - counts
-    at_k = np.cumsum(k) - k
+    at = np.cumsum(k) - k
 
     def fill(i: int) -> int:
-        return _fill(
-            found[i][0],
-            hw,
-            runs[at_run[i] : at_run[i] + counts[i]],
-            starts[at_k[i] : at_k[i] + k[i]],
-            ends[at_k[i] : at_k[i] + k[i]],
-        )
+        part = slice(at[i], at[i] + k[i])
+        return _fill(found[i][0], starts[part], ends[part])
 
     areas = np.array(spread(fill, list(range(n))), dtype=np.int64)
-    return runs, counts, starts, ends, k, boxes, areas
+    return starts, ends, k, boxes, areas
 
 
 def _weights(axis: tuple) -> tuple:

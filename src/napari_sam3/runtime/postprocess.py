@@ -100,9 +100,10 @@ def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
 
 
 def threshold_masks(logits: np.ndarray, size: int, cut: float) -> RleMasks:
-    """`upsample_threshold(logits, size, cut)` as runs, made from each mask's crop: no
-    [N, size, size] array (200 full-size masks: 203 MB) is made or scanned. Where numba is
-    installed a compiled kernel goes from logits to runs in one pass (identical results)."""
+    """`upsample_threshold(logits, size, cut)` as a batch of masks, made from each mask's crop:
+    no [N, size, size] array (200 full-size masks: 203 MB) is made or scanned. It holds their
+    foreground intervals (runs are made when asked for). Where numba is installed a compiled
+    kernel goes from logits to intervals in one pass (identical results)."""
     if not rle_kernels.ENABLED:
         return RleMasks.from_crops(threshold_crops(logits, size, cut), (size, size))
     logits = np.asarray(logits, dtype=np.float32)
@@ -110,11 +111,10 @@ def threshold_masks(logits: np.ndarray, size: int, cut: float) -> RleMasks:
         raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
     _, h, w = logits.shape
     rows, cols = axis_weights(h, size), axis_weights(w, size)
-    pieces = rle_kernels.threshold_runs(
+    starts, ends, k, boxes, areas = rle_kernels.threshold_intervals(
         logits, cut, (*rows[:2], 1.0 - rows[2], rows[2]), (*cols[:2], 1.0 - cols[2], cols[2]), size
     )
-    runs, counts, starts, ends, k, boxes, areas = pieces
-    return RleMasks._from_intervals(runs, counts, starts, ends, k, boxes, (size, size), areas)
+    return RleMasks._from_intervals(starts, ends, k, boxes, (size, size), areas)
 
 
 def encode_thresholded(logits: np.ndarray, size: int, cut: float) -> bytes:

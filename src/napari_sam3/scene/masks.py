@@ -52,8 +52,8 @@ class SceneMask(LazyMask):
 
     @property
     def nbytes(self) -> int:
-        """The memory its runs take."""
-        return int(self.rle.runs.nbytes)
+        """The memory its mask takes (runs, or the intervals they are made from)."""
+        return int(self.rle.nbytes)
 
     @property
     def bbox(self) -> tuple[int, int, int, int]:
