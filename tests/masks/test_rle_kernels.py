@@ -87,6 +87,19 @@ CASES = [
 ]
 
 
+def test_masks_picked_by_order_are_read_in_place_and_equal_those_of_a_copy():
+    """The postprocess passes the score order instead of copying the picked logits."""
+    logits = np.concatenate([noise(5, 64, 21), smooth(6, 64, 22)])
+    order = np.array([7, 0, 10, 3, 3, 9], dtype=np.int64)
+    for copied, picked in zip(
+        both(lambda: threshold_masks(logits[order], 250, np.float32(0.1))),
+        both(lambda: threshold_masks(logits, 250, np.float32(0.1), order)),
+        strict=True,
+    ):
+        assert_same(copied, picked)
+    assert len(threshold_masks(logits, 250, np.float32(0.1), order[:0])) == 0
+
+
 @pytest.mark.parametrize(
     ("logits", "size", "cut"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )

@@ -167,20 +167,21 @@ def _fill(edges, starts, ends):
     return area
 
 
-def threshold_intervals(logits: np.ndarray, cut, rows: tuple, cols: tuple, size: int) -> tuple:
-    """Each of the [N, h, w] float32 low-res logits upsampled bilinearly to ``size`` x ``size``
+def threshold_intervals(logits, cut, rows: tuple, cols: tuple, size: int) -> tuple:
+    """Each of the [N, h, w] float32 low-res logits (or a list of [h, w]) upsampled bilinearly
+    to ``size`` x ``size``
     and thresholded at ``cut``, as ``(starts, ends, k, boxes, areas)``: all masks' foreground
     intervals (positions within each mask), the number of each mask's intervals, their boxes
     and areas. No runs are made (``RleMasks`` makes them when asked: noise-like masks have
     millions, and held at 8 bytes each they tripled what a result takes). ``rows`` / ``cols``:
     ``(lo, hi, 1 - f, f)`` of each output row / column (``postprocess.axis_weights``)."""
-    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    logits = [np.ascontiguousarray(low, dtype=np.float32) for low in logits]
     cut = np.float32(cut)
     rows = _weights(rows)
     cols = _weights(cols)
     # positions (edges, intervals) within one mask fit 32 bits at any real frame: half the memory
     like = np.zeros(0, dtype=np.int32 if size * size < 2**31 else np.int64)
-    found = spread(lambda low: _threshold_edges(low, cut, *rows, *cols, size, like), list(logits))
+    found = spread(lambda low: _threshold_edges(low, cut, *rows, *cols, size, like), logits)
     n = len(found)
     boxes = np.zeros((n, 4), dtype=np.int64)
     k = np.zeros(n, dtype=np.int64)

@@ -99,20 +99,28 @@ def upsample_threshold(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
     return out
 
 
-def threshold_masks(logits: np.ndarray, size: int, cut: float) -> RleMasks:
-    """`upsample_threshold(logits, size, cut)` as a batch of masks, made from each mask's crop:
-    no [N, size, size] array (200 full-size masks: 203 MB) is made or scanned. It holds their
-    foreground intervals (runs are made when asked for). Where numba is installed a compiled
-    kernel goes from logits to intervals in one pass (identical results)."""
-    if not rle_kernels.ENABLED:
-        return RleMasks.from_crops(threshold_crops(logits, size, cut), (size, size))
+def threshold_masks(
+    logits: np.ndarray, size: int, cut: float, order: np.ndarray | None = None
+) -> RleMasks:
+    """`upsample_threshold(logits[order], size, cut)` as a batch of masks, made from each mask's
+    crop: no [N, size, size] array (200 full-size masks: 203 MB) is made or scanned. It holds
+    their foreground intervals (runs are made when asked for). Where numba is installed a
+    compiled kernel goes from logits to intervals in one pass (identical results), reading the
+    logits in place (no copy of the masks picked by `order`)."""
     logits = np.asarray(logits, dtype=np.float32)
     if logits.ndim != 3:
         raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
+    picked = range(len(logits)) if order is None else np.asarray(order, dtype=np.int64)
+    if not rle_kernels.ENABLED:
+        return RleMasks.from_crops(threshold_crops(logits[picked], size, cut), (size, size))
     _, h, w = logits.shape
     rows, cols = axis_weights(h, size), axis_weights(w, size)
     starts, ends, k, boxes, areas = rle_kernels.threshold_intervals(
-        logits, cut, (*rows[:2], 1.0 - rows[2], rows[2]), (*cols[:2], 1.0 - cols[2], cols[2]), size
+        [logits[i] for i in picked],
+        cut,
+        (*rows[:2], 1.0 - rows[2], rows[2]),
+        (*cols[:2], 1.0 - cols[2], cols[2]),
+        size,
     )
     return RleMasks._from_intervals(starts, ends, k, boxes, (size, size), areas)
 
@@ -167,7 +175,7 @@ def postprocess_masks(
     low_res = np.asarray(pred_masks, dtype=np.float32).reshape(len(logits), *pred_masks.shape[-2:])
     # Compare logits with logit(mask_thr): same as sigmoid(upsampled) > mask_thr, without exp.
     cut = np.float32(np.log(mask_thr) - np.log1p(-mask_thr))
-    masks = threshold_masks(low_res[order], image_size, cut)
+    masks = threshold_masks(low_res, image_size, cut, order)
     return scores[order].astype(np.float32), boxes.astype(np.float32), masks
 
 
