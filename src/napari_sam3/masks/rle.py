@@ -177,9 +177,10 @@ class RleMask:
     def runs(self) -> np.ndarray:
         """Run lengths (int64, read-only), alternating background/foreground, background first."""
         if self._runs is None:
-            starts, ends = (a.astype(np.int64) for a in self._spans)
+            starts, ends = self._spans
+            offsets = np.array([0, starts.size], dtype=np.int64)
             h, w = self._shape
-            self._runs = _frozen(_runs_from_intervals(starts, ends, 1, h * w, _one(starts.size))[0])
+            self._runs = _frozen(_runs_from_spans(offsets, starts, ends, h * w))
         return self._runs
 
     @property
@@ -633,9 +634,7 @@ class RleMasks:
         return int(i) % n
 
     def _local_run_index(self) -> np.ndarray:
-        return np.arange(int(self._offsets[-1]), dtype=np.int64) - np.repeat(
-            self._offsets[:-1], self._counts
-        )
+        return _within(self._counts)
 
 
 class RlePayload:
@@ -835,10 +834,6 @@ def _within(counts: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(
         np.cumsum(counts) - counts, counts
     )
-
-
-def _one(k: int) -> np.ndarray:
-    return np.array([k], dtype=np.int64)
 
 
 def _intervals_from_runs(

@@ -169,10 +169,9 @@ def _fill(edges, starts, ends):
 
 def threshold_intervals(logits, cut, rows: tuple, cols: tuple, size: int) -> tuple:
     """Each of the [N, h, w] float32 low-res logits (or a list of [h, w]) upsampled bilinearly
-    to ``size`` x ``size``
-    and thresholded at ``cut``, as ``(starts, ends, k, boxes, areas)``: all masks' foreground
-    intervals (positions within each mask), the number of each mask's intervals, their boxes
-    and areas. No runs are made (``RleMasks`` makes them when asked: noise-like masks have
+    to ``size`` x ``size`` and thresholded at ``cut``, as ``(starts, ends, k, boxes, areas)``:
+    all masks' foreground intervals (positions within each mask), the number of each mask's
+    intervals, their boxes and areas. No runs are made (``RleMasks`` makes them when asked: noise-like masks have
     millions, and held at 8 bytes each they tripled what a result takes). ``rows`` / ``cols``:
     ``(lo, hi, 1 - f, f)`` of each output row / column (``postprocess.axis_weights``)."""
     logits = [np.ascontiguousarray(low, dtype=np.float32) for low in logits]
