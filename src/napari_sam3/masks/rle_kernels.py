@@ -218,12 +218,17 @@ def _pack_rows(starts, ends, y0, y1, w, word0, words, out):
     """Rows ``y0:y1`` of a mask given by its intervals (positions within the mask) into the
     zeroed ``out``, ``words`` a row: pixel x in bit ``x % 64`` of word ``x // 64 - word0``."""
     lo, hi = y0 * w, y1 * w
+    # the row is followed as the sorted intervals go, not divided out of each position: an
+    # integer division an interval was half of packing noise-like masks
+    y, row_start = y0, lo
     for i in range(starts.size):
         s, e = max(starts[i], lo), min(ends[i], hi)
         while s < e:
-            y = s // w
-            stop = min(e, (y + 1) * w)
-            x, x_end = s - y * w, stop - y * w
+            while s >= row_start + w:
+                y += 1
+                row_start += w
+            stop = min(e, row_start + w)
+            x, x_end = s - row_start, stop - row_start
             row = (y - y0) * words - word0
             while x < x_end:
                 bit = x & 63
