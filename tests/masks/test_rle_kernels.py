@@ -5,6 +5,7 @@ numba does not import, the numpy code runs."""
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from napari_sam3.masks import rle_kernels
-from napari_sam3.masks.dedup import dedup_masks
+from napari_sam3.masks.dedup import _Overlap, dedup_masks
 from napari_sam3.masks.rle import RleMasks
 from napari_sam3.runtime.postprocess import postprocess_masks, threshold_masks, upsample_logits
 
@@ -133,6 +134,57 @@ def test_postprocess_matches_the_reference_end_to_end():
         assert np.array_equal(reference[1], compiled[1])
         assert_same(reference[2], compiled[2])
         assert reference[2].to_bytes() == compiled[2].to_bytes()
+
+
+HELD_AS_BITS = [
+    "noise 288 -> 1008",
+    "noise 64 -> 250",
+    "noise 5 -> 37",
+    "smooth 32 -> 112",
+    "smooth 288 -> 1008",
+    "plateaus",
+    "all empty",
+    "all full",
+]
+
+
+@pytest.mark.parametrize("case", HELD_AS_BITS)
+def test_a_batch_held_as_bits_answers_as_the_reference(case):
+    """The compiled postprocess holds each mask's bits, no intervals: each way of reading them
+    (a mask alone, taken, joined, pickled, deduplicated) gives what the reference's gives."""
+    _, logits, size, cut = next(c for c in CASES if c[0] == case)
+    cut = np.float32(cut)
+    reference, _ = both(lambda: threshold_masks(logits, size, cut))
+    fresh = lambda: threshold_masks(logits, size, cut)  # noqa: E731 (compiled: the default)
+    batch = fresh()
+    assert batch._bits is not None and batch._spans is None
+    for i in range(len(batch)):
+        one, expected = batch.mask(i), reference.mask(i)
+        assert one == expected and (one.area, one.bbox) == (expected.area, expected.bbox)
+    assert batch._spans is None  # a mask's intervals come from its own bits
+    rng = np.random.default_rng(len(batch))
+    scattered = rng.permutation(len(batch))[: max(1, len(batch) - 2)]
+    for idx in (scattered, np.arange(1, len(batch))):
+        assert_same(reference.take(idx), fresh().take(idx))
+    shape = reference.shape
+    joined = RleMasks.concat([fresh(), fresh().take(scattered)], shape)
+    assert joined._bits is not None and joined._spans is None
+    assert_same(RleMasks.concat([reference, reference.take(scattered)], shape), joined)
+    assert_same(reference, pickle.loads(pickle.dumps(fresh())))
+    scores = rng.random(len(batch))
+    for threshold in (0.3, 0.85):
+        held = fresh()
+        by_runs = RleMasks._from_runs(reference.runs, reference.counts, shape)
+        kept = dedup_masks(held, scores, threshold)
+        assert np.array_equal(kept, dedup_masks(by_runs, scores, threshold))
+        assert held._spans is None  # counted on the bits
+    dense = reference.to_dense().reshape(len(batch), -1)
+    a, b = (v.ravel() for v in np.meshgrid(np.arange(len(batch)), np.arange(len(batch))))
+    counts = _Overlap(fresh(), 0.5).intersections(a, b)
+    assert np.array_equal(counts, (dense[a] & dense[b]).sum(axis=1))
+    held = fresh()
+    bits = held.nbytes
+    assert held.runs.size and held.nbytes > bits  # the runs, once made, are held too
 
 
 def near_duplicates(n: int, m: int, size: int, spread: float, seed: int) -> RleMasks:

@@ -302,6 +302,9 @@ class RleMasks:
         # the same intervals with, instead of each one's mask, where each mask's begin
         self._spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._source: tuple[RleMasks, np.ndarray] | None = None
+        # the masks as packed bits (rle_kernels.PackedMasks), where the compiled postprocess
+        # made them: intervals and runs are made from them when asked for
+        self._bits = None
         return self
 
     @classmethod
@@ -387,6 +390,19 @@ class RleMasks:
         return batch
 
     @classmethod
+    def _from_bits(cls, bits, k: np.ndarray, last_on: np.ndarray, shape: tuple[int, int]):
+        """A batch held as packed bits (``rle_kernels.PackedMasks``, every mask packed, with
+        boxes and areas), ``k`` foreground intervals a mask, ``last_on`` where a mask's last
+        pixel is foreground. Its intervals are made from the bits when asked for (all at once,
+        or one mask's by :meth:`mask`). Trusted: made by this package."""
+        k = np.asarray(k, dtype=np.int64)
+        batch = cls._new(2 * k + 1 - ((k > 0) & np.asarray(last_on, dtype=bool)), shape)
+        batch._bits = bits
+        batch._bboxes = _frozen(bits.boxes)
+        batch._areas = _frozen(bits.areas)
+        return batch
+
+    @classmethod
     def stack(cls, masks: Sequence[RleMask], shape: tuple[int, int] | None = None) -> RleMasks:
         """Gather :class:`RleMask` objects of one shape into a batch (``shape`` needed if empty)."""
         masks = list(masks)
@@ -422,7 +438,8 @@ class RleMasks:
         """All masks' run lengths, concatenated (int64, read-only; made from the intervals the
         first time where the batch was made from them)."""
         if self._runs is None:
-            self._runs = _frozen(_runs_from_spans(*self._spans, self._shape[0] * self._shape[1]))
+            spans = self._interval_spans()
+            self._runs = _frozen(_runs_from_spans(*spans, self._shape[0] * self._shape[1]))
         return self._runs
 
     @property
@@ -430,7 +447,8 @@ class RleMasks:
         """Bytes of the arrays this batch holds now (runs where made, intervals, summaries)."""
         held = [self._runs, self._counts, self._offsets, self._areas, self._bboxes]
         held += [*(self._spans or ()), *(self._intervals or ())]
-        return sum(int(a.nbytes) for a in held if a is not None)
+        bits = 0 if self._bits is None else self._bits.nbytes
+        return bits + sum(int(a.nbytes) for a in held if a is not None)
 
     @property
     def counts(self) -> np.ndarray:
@@ -468,8 +486,8 @@ class RleMasks:
         end exclusive; sorted by mask, then position.
         """
         if self._intervals is None:
-            if self._spans is not None:
-                offsets, start, end = self._spans
+            if self._spans is not None or self._bits is not None:
+                offsets, start, end = self._interval_spans()
                 owner = np.repeat(np.arange(len(self), dtype=np.int64), np.diff(offsets))
                 result = (
                     owner,
@@ -488,7 +506,9 @@ class RleMasks:
         """:meth:`intervals` as ``(offsets, start, end)``: mask ``i``'s intervals are
         ``offsets[i]:offsets[i + 1]`` (no per-interval mask index is made; positions int32 or
         int64)."""
-        if self._spans is None:
+        if self._spans is None and self._bits is not None:
+            self._spans = tuple(_frozen(a) for a in self._bits.spans())
+        elif self._spans is None:
             owner, start, end = self.intervals()
             offsets = np.searchsorted(owner, np.arange(len(self) + 1)).astype(np.int64)
             self._spans = (_frozen(offsets), start, end)
@@ -499,6 +519,9 @@ class RleMasks:
     def mask(self, i: int) -> RleMask:
         """Mask ``i`` as an :class:`RleMask` (shares this batch's memory)."""
         i = self._check_index(i)
+        if self._runs is None and self._spans is None:  # its intervals from its bits
+            start, end = (_frozen(a) for a in self._bits.intervals_of(i))
+            return RleMask._of_intervals(start, end, self._shape)
         if self._runs is None:  # its runs are made from its intervals when first used
             offsets, start, end = self._spans
             a, b = int(offsets[i]), int(offsets[i + 1])
@@ -555,8 +578,10 @@ class RleMasks:
             taken._areas = _frozen(self._areas[idx])
         if self._bboxes is not None:
             taken._bboxes = _frozen(self._bboxes[idx])
+        if self._bits is not None:
+            taken._bits = self._bits.take(idx)
         known = self._spans is not None or self._intervals is not None
-        if self._runs is None or (is_range and known):
+        if (self._runs is None and (known or self._bits is None)) or (is_range and known):
             offsets, start, end = self._interval_spans()
             if is_range:
                 a, b = int(offsets[lo]), int(offsets[hi])
@@ -590,8 +615,10 @@ class RleMasks:
             out._bboxes = _frozen(np.concatenate([b._bboxes for b in batches]))
         if batches and all(b._areas is not None for b in batches):
             out._areas = _frozen(np.concatenate([b._areas for b in batches]))
+        if out._runs is None and batches and all(b._bits is not None for b in batches):
+            out._bits = type(batches[0]._bits).concat([b._bits for b in batches])
         spans_known = all(b._spans is not None or b._intervals is not None for b in batches)
-        if batches and (out._runs is None or spans_known):
+        if batches and (spans_known or (out._runs is None and out._bits is None)):
             parts = [b._interval_spans() for b in batches]
             first = np.cumsum([0] + [p[0][-1] for p in parts])
             offsets = [parts[0][0][:1]] + [p[0][1:] + first[i] for i, p in enumerate(parts)]

@@ -105,8 +105,9 @@ def threshold_masks(
     """`upsample_threshold(logits[order], size, cut)` as a batch of masks, made from each mask's
     crop: no [N, size, size] array (200 full-size masks: 203 MB) is made or scanned. It holds
     their foreground intervals (runs are made when asked for). Where numba is installed a
-    compiled kernel goes from logits to intervals in one pass (identical results), reading the
-    logits in place (no copy of the masks picked by `order`)."""
+    compiled kernel goes from logits to packed bits in one pass (identical masks; intervals and
+    runs are made from the bits when asked for), reading the logits in place (no copy of the
+    masks picked by `order`)."""
     logits = np.asarray(logits, dtype=np.float32)
     if logits.ndim != 3:
         raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
@@ -115,14 +116,14 @@ def threshold_masks(
         return RleMasks.from_crops(threshold_crops(logits[picked], size, cut), (size, size))
     _, h, w = logits.shape
     rows, cols = axis_weights(h, size), axis_weights(w, size)
-    starts, ends, k, boxes, areas = rle_kernels.threshold_intervals(
+    packed, k, last_on = rle_kernels.threshold_bits(
         [logits[i] for i in picked],
         cut,
         (*rows[:2], 1.0 - rows[2], rows[2]),
         (*cols[:2], 1.0 - cols[2], cols[2]),
         size,
     )
-    return RleMasks._from_intervals(starts, ends, k, boxes, (size, size), areas)
+    return RleMasks._from_bits(packed, k, last_on, (size, size))
 
 
 def encode_thresholded(logits: np.ndarray, size: int, cut: float) -> bytes:
