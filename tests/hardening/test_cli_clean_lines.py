@@ -141,6 +141,14 @@ def test_workers_into_a_read_only_folder_are_refused_in_one_line(
     assert list(out.iterdir()) == []
 
 
+def _interruptible() -> None:
+    """In the CLI's process, before it starts: Ctrl-C's default action. A shell without job
+    control starts its background jobs with SIGINT ignored, Python keeps that, and the CLI
+    would then run to the end whatever the test sends (the suite must not depend on how it was
+    launched)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_says_nothing_was_written_and_exits_130(tiny_repository, rasters, tmp_path):
     """SIGINT while a merged layer (written only at the end) is being made."""
     many = tmp_path / "many"
@@ -151,7 +159,7 @@ def test_ctrl_c_says_nothing_was_written_and_exits_130(tiny_repository, rasters,
     proc = subprocess.Popen(
         [sys.executable, "-m", "napari_sam3.cli", "segment", str(many), "--prompt", "field",
          "--models", str(tiny_repository), "--out", str(out), "--tile-size", "112"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible,
     )  # fmt: skip
     lines = []
     for line in proc.stdout:  # the first raster done: the run is well under way
@@ -183,6 +191,7 @@ def test_ctrl_c_on_workers_stops_them_between_tiles_and_exits_130(
          "--models", str(tiny_repository), "--out", str(out), "--tile-size", "112",
          "--workers", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=_interruptible,
     )  # fmt: skip
     lines = []
     try:
