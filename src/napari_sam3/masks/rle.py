@@ -395,8 +395,7 @@ class RleMasks:
         boxes and areas), ``k`` foreground intervals a mask, ``last_on`` where a mask's last
         pixel is foreground. Its intervals are made from the bits when asked for (all at once,
         or one mask's by :meth:`mask`). Trusted: made by this package."""
-        k = np.asarray(k, dtype=np.int64)
-        batch = cls._new(2 * k + 1 - ((k > 0) & np.asarray(last_on, dtype=bool)), shape)
+        batch = cls._new(_run_counts(np.asarray(k, dtype=np.int64), last_on), shape)
         batch._bits = bits
         batch._bboxes = _frozen(bits.boxes)
         batch._areas = _frozen(bits.areas)
@@ -846,14 +845,20 @@ def _runs_from_spans(
 
 
 def _counts_from_spans(offsets: np.ndarray, ends: np.ndarray, hw: int) -> np.ndarray:
-    """Each mask's number of canonical runs (as :func:`_runs_from_intervals` makes them): a
-    background run before each interval, the interval, and a last background run unless the
-    mask's last pixel is foreground."""
+    """Each mask's number of canonical runs (as :func:`_runs_from_intervals` makes them;
+    :func:`_run_counts`), from its intervals."""
     k = np.diff(offsets).astype(np.int64)
     if hw == 0:
         return np.zeros(k.size, dtype=np.int64)
     last = ends[np.maximum(offsets[1:] - 1, 0)] if ends.size else np.zeros(k.size, np.int64)
-    return 2 * k + 1 - ((k > 0) & (last == hw))
+    return _run_counts(k, last == hw)
+
+
+def _run_counts(k: np.ndarray, last_on: np.ndarray) -> np.ndarray:
+    """Canonical runs of masks with ``k`` foreground intervals each: a background run before
+    each interval, the interval, and a last background run unless ``last_on`` (the mask's last
+    pixel is foreground)."""
+    return 2 * k + 1 - ((k > 0) & np.asarray(last_on, dtype=bool))
 
 
 def _within(counts: np.ndarray) -> np.ndarray:

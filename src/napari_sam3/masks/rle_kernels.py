@@ -218,11 +218,9 @@ def threshold_bits(logits, cut, rows: tuple, cols: tuple, size: int) -> tuple:
     areas = np.array([f[2] for f in found], dtype=np.int64)
     k = np.array([f[3] for f in found], dtype=np.int64)
     last_on = np.array([f[4] for f in found], dtype=bool)
-    packed = PackedMasks(boxes, size, areas=areas, k=k)
-    packed.store = np.concatenate([np.zeros(0, np.uint64), *(f[0] for f in found)])
     sizes = np.array([f[0].size for f in found], dtype=np.int64)
-    packed.at = np.cumsum(sizes) - sizes
-    packed.used = int(sizes.sum())
+    store = np.concatenate([np.zeros(0, np.uint64), *(f[0] for f in found)])
+    packed = PackedMasks(boxes, size, areas, k, store=store, at=np.cumsum(sizes) - sizes)
     return packed, k, last_on
 
 
@@ -337,17 +335,25 @@ class PackedMasks:
     mask packed from its intervals when first needed (:meth:`pack`). Either way, exact
     intersection counts of fragmented masks (:meth:`and_counts`)."""
 
-    def __init__(self, boxes: np.ndarray, w: int, areas=None, k=None) -> None:
+    def __init__(self, boxes: np.ndarray, w: int, areas=None, k=None, store=None, at=None):
+        """Nothing packed yet; or, with ``store`` and ``at`` (where each mask's words begin),
+        every mask packed already."""
         self.boxes = np.asarray(boxes, dtype=np.int64)
         self.w = int(w)
         self.rows = np.ascontiguousarray(self.boxes[:, 1])
         self.word0 = np.ascontiguousarray(self.boxes[:, 0] >> 6)
         self.words = np.maximum(((self.boxes[:, 2] + 63) >> 6) - self.word0, 0)
-        self.at = np.full(len(self.boxes), -1, dtype=np.int64)
-        self.store = np.zeros(0, dtype=np.uint64)
-        self.used = 0
+        if store is None:
+            self.at = np.full(len(self.boxes), -1, dtype=np.int64)
+            self.store = np.zeros(0, dtype=np.uint64)
+        else:
+            self.at = np.ascontiguousarray(at, dtype=np.int64)
+            self.store = store
+        self.used = self.store.size
         self.areas = areas
         self.k = k
+        # positions within one mask fit 32 bits at any real frame: half the memory
+        self.positions = np.int32 if self.w * self.w < 2**31 else np.int64
 
     @property
     def nbytes(self) -> int:
@@ -355,37 +361,33 @@ class PackedMasks:
         return sum(int(a.nbytes) for a in held if a is not None)
 
     def take(self, idx: np.ndarray) -> PackedMasks:
-        """The masks at ``idx`` (packed ones), sharing this store."""
-        out = object.__new__(PackedMasks)
-        out.w, out.store, out.used = self.w, self.store, self.used
-        for name in ("boxes", "rows", "word0", "words", "at", "areas", "k"):
-            value = getattr(self, name)
-            setattr(out, name, None if value is None else np.ascontiguousarray(value[idx]))
-        return out
+        """The masks at ``idx`` (every mask packed), sharing this store."""
+        part = lambda v: None if v is None else v[idx]  # noqa: E731
+        return PackedMasks(
+            self.boxes[idx], self.w, part(self.areas), part(self.k), self.store, self.at[idx]
+        )
 
     @staticmethod
     def concat(parts: list[PackedMasks]) -> PackedMasks:
-        """Packed masks of one frame width, in order, in one new store."""
-        out = object.__new__(PackedMasks)
-        out.w = parts[0].w
-        out.store = np.concatenate([np.zeros(0, np.uint64), *(p.store[: p.used] for p in parts)])
-        out.used = out.store.size
+        """Batches of packed masks (every mask packed) of one frame width, in order, in one
+        new store."""
+        joined = lambda vs: None if any(v is None for v in vs) else np.concatenate(vs)  # noqa: E731
         first = np.cumsum([0] + [p.used for p in parts])
-        out.at = np.concatenate(
-            [np.where(p.at >= 0, p.at + first[i], -1) for i, p in enumerate(parts)]
+        return PackedMasks(
+            np.concatenate([p.boxes for p in parts]),
+            parts[0].w,
+            joined([p.areas for p in parts]),
+            joined([p.k for p in parts]),
+            np.concatenate([np.zeros(0, np.uint64), *(p.store[: p.used] for p in parts)]),
+            np.concatenate([p.at + first[i] for i, p in enumerate(parts)]),
         )
-        for name in ("boxes", "rows", "word0", "words", "areas", "k"):
-            values = [getattr(p, name) for p in parts]
-            setattr(out, name, None if any(v is None for v in values) else np.concatenate(values))
-        return out
 
     def spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every mask's foreground intervals from its bits, as ``RleMasks`` holds them:
         ``(offsets, starts, ends)``, positions within each mask (int32 where they fit)."""
         offsets = np.concatenate([[0], np.cumsum(self.k)]).astype(np.int64)
-        dtype = np.int32 if self.w * self.w < 2**31 else np.int64
-        starts = np.empty(int(offsets[-1]), dtype=dtype)
-        ends = np.empty(int(offsets[-1]), dtype=dtype)
+        starts = np.empty(int(offsets[-1]), dtype=self.positions)
+        ends = np.empty(int(offsets[-1]), dtype=self.positions)
 
         def one(i: int) -> None:
             lo, hi = offsets[i], offsets[i + 1]
@@ -396,9 +398,8 @@ class PackedMasks:
 
     def intervals_of(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Mask ``i``'s foreground intervals from its bits: ``(starts, ends)``."""
-        dtype = np.int32 if self.w * self.w < 2**31 else np.int64
-        starts = np.empty(int(self.k[i]), dtype=dtype)
-        ends = np.empty(int(self.k[i]), dtype=dtype)
+        starts = np.empty(int(self.k[i]), dtype=self.positions)
+        ends = np.empty(int(self.k[i]), dtype=self.positions)
         if starts.size:
             self._intervals(i, starts, ends)
         return starts, ends
