@@ -16,8 +16,12 @@ are exported to a temporary folder; features are random (latency does not depend
 With `--repo` (a repository written by `sam3-export`), its graphs are used, and if it holds the
 unified encoder, the features come from one encoder pass over a random image (timed too).
 
+With `--openvino`, the clicks also run through OpenVINO as the embedded engine compiles them (fp32,
+and bf16 where the CPU computes it natively), with OpenVINO's per-node counters of a click: where
+the graph's time goes.
+
 .venv/bin/python bench/bench_pvs.py [--repo DIR] [--clicks 50] [--threads 2] [--points-per-side 16]
-                                   [--no-everything]
+                                   [--no-everything] [--openvino]
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from napari_sam3.client.automatic import generate_masks
 from napari_sam3.core import contract
-from napari_sam3.runtime.host import import_onnxruntime
+from napari_sam3.runtime.host import import_onnxruntime, import_openvino
 
 ort = import_onnxruntime()  # telemetry off first
 
@@ -113,6 +119,81 @@ def bench_clicks(decoder, features, s: int, clicks: int, clock=time.perf_counter
         times.append(clock() - start)
         previous = masks[0, int(np.argmax(iou[0]))]
     return np.asarray(times) * 1000
+
+
+class OpenVinoDecoder:
+    """A PVS graph compiled by OpenVINO as the embedded engine compiles it (one precision,
+    `threads` threads, the latency hint), with ONNX Runtime's `get_inputs` / `run` so that the
+    click loop above drives both runtimes the same way. `profile`: OpenVINO's per-node counters."""
+
+    def __init__(self, path: Path, precision: str, threads: int, profile: bool = False) -> None:
+        from napari_sam3.runtime import onnx_runner
+
+        ov = import_openvino()
+        config = onnx_runner._ov_config(precision, threads)
+        if profile:
+            config["PERF_COUNT"] = True
+        self.compiled = ov.Core().compile_model(str(path), "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.precision = onnx_runner.compiled_precision(
+            self.compiled.get_property("INFERENCE_PRECISION_HINT")
+        )
+
+    def get_inputs(self) -> list:
+        return [
+            SimpleNamespace(name=p.get_any_name(), shape=list(p.get_partial_shape().to_shape()))
+            for p in self.compiled.inputs
+        ]
+
+    def run(self, names, feeds: dict) -> list:
+        out = self.request.infer(feeds)
+        by_name = {port.get_any_name(): value for port, value in out.items()}
+        return [by_name[n] for n in names] if names else list(by_name.values())
+
+    def profile(self) -> tuple[Counter, Counter]:
+        """Milliseconds of the last inference by node type (and kernel), and by node."""
+        by_type, by_node = Counter(), Counter()
+        for info in self.request.profiling_info:
+            ms = info.real_time.total_seconds() * 1000
+            by_type[f"{info.node_type} ({info.exec_type})"] += ms
+            by_node[f"{info.node_name} ({info.exec_type})"] += ms
+        return by_type, by_node
+
+
+def bench_openvino(repo: Path, features: dict, s: int, clicks: int, threads: int) -> None:
+    """The clicks as the embedded engine runs them (OpenVINO, each precision this CPU
+    computes natively), then where one click's time goes, node by node."""
+    from napari_sam3.runtime import host
+
+    path = contract.graph_path(repo, contract.PVS_DECODER)
+    native, why = host.detect().native_bf16()
+    precisions = ["fp32", "bf16"] if native else ["fp32"]
+    print(f"OpenVINO, {threads} threads; bf16 {'measured' if native else 'skipped'}: {why}")
+    for precision in precisions:
+        decoder = OpenVinoDecoder(path, precision, threads)
+        ms = bench_clicks(decoder, features, s, clicks)
+        cpu = bench_clicks(decoder, features, s, min(clicks, 20), clock=time.process_time)
+        print(
+            f"per-click decoder latency, OpenVINO {decoder.precision} ({clicks} clicks): median "
+            f"{np.median(ms):.1f} ms, p90 {np.percentile(ms, 90):.1f} ms, min {ms.min():.1f} ms; "
+            f"CPU {np.median(cpu):.1f} ms a click (target: the whole click <= 50 ms)"
+        )
+        profiled = OpenVinoDecoder(path, precision, threads, profile=True)
+        totals_type, totals_node = Counter(), Counter()
+        runs = min(clicks, 20)
+        rng = np.random.default_rng(2)
+        for _ in range(runs):
+            profiled.run(None, {**features, **click_feeds(profiled, rng, s, None)})
+            by_type, by_node = profiled.profile()
+            totals_type.update(by_type)
+            totals_node.update(by_node)
+        total = sum(totals_type.values()) / runs
+        print(
+            f"  where a click goes (OpenVINO's counters, mean of {runs}): {total:.1f} ms in nodes"
+        )
+        for label, totals in (("by kind", totals_type), ("by node", totals_node)):
+            top = ", ".join(f"{k} {v / runs:.1f}" for k, v in totals.most_common(8))
+            print(f"    {label}, ms: {top}")
 
 
 class GridDecode:
@@ -201,6 +282,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--points-per-side", type=int, default=16)
     parser.add_argument("--no-everything", action="store_true", help="only the click figures")
+    parser.add_argument(
+        "--openvino",
+        action="store_true",
+        help="also the clicks through OpenVINO (fp32, and bf16 where native), node by node",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -231,6 +317,8 @@ def main() -> None:
         print(
             f"per-click decoder CPU time, 1 thread, SkipLayerNormFusion off: median {np.median(cpu):.1f} ms"
         )
+        if args.openvino:
+            bench_openvino(repo, features, s, args.clicks, args.threads)
         if args.no_everything:
             return
         grid = session(
