@@ -208,6 +208,36 @@ def test_upscaled_mask_round_trip_is_exact():
     np.testing.assert_array_equal(lb.mask_to_image(lb.mask_to_model(mask)), mask)
 
 
+def _under_centre(n_out: int, n_in: int) -> np.ndarray:
+    """The input cell under each output cell's centre, by float geometry (exact at these sizes)."""
+    return np.floor((np.arange(n_out) + 0.5) * (n_in / n_out)).astype(int)
+
+
+@pytest.mark.parametrize(
+    ("shape", "size"), [((768, 1536), 1008), ((900, 400), 112), ((50, 70), 256), ((7, 3), 16)]
+)
+def test_mask_mappings_take_the_pixel_under_each_centre(shape, size):
+    """Every pixel of each mapping against the rule read pixel by pixel, for noise masks (a
+    mapping that mixed up rows and columns or shifted by one would differ somewhere)."""
+    rows, cols = shape
+    lb = Letterbox(shape, size)
+    h, w = lb.resized_shape
+    rng = np.random.default_rng(rows * cols)
+    model = rng.random((2, size, size)) < 0.5
+    r, c = _under_centre(rows, h), _under_centre(cols, w)
+    want = np.array([[[m[r[y], c[x]] for x in range(cols)] for y in range(rows)] for m in model])
+    np.testing.assert_array_equal(lb.mask_to_image(model), want)
+    # a crop of the model mask maps to the same image pixels as the whole mask does
+    r0, c0, part = lb.crop_to_image(h // 3, w // 4, model[0, h // 3 : h - 1, w // 4 : w - 2])
+    np.testing.assert_array_equal(part, want[0, r0 : r0 + part.shape[0], c0 : c0 + part.shape[1]])
+    assert part.size > 0
+    image = rng.random(shape) < 0.5
+    rr, cc = _under_centre(h, rows), _under_centre(w, cols)
+    back = np.zeros((size, size), bool)
+    back[:h, :w] = [[image[rr[y], cc[x]] for x in range(w)] for y in range(h)]
+    np.testing.assert_array_equal(lb.mask_to_model(image), back)
+
+
 def test_mask_to_image_handles_stacks_and_integer_masks():
     lb = Letterbox((30, 50), 64)
     masks = np.zeros((2, 64, 64), np.uint8)

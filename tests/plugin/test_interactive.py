@@ -43,17 +43,26 @@ def test_clicks_give_three_candidates_and_accept_adds_a_label(interactive, conne
     preview = viewer.layers["SAM3 candidate"]
     np.testing.assert_array_equal(preview.data > 0, np.asarray(expected["mask"].iloc[0]))
 
-    # A negative click refines it.
+    # A negative click refines it; the preview shows the new best candidate, drawn once and in
+    # place (a new array would make napari re-check every layer's extent).
+    shown = preview.data
+    drawn = []
+    preview.events.set_data.connect(drawn.append)
     widget.negative.value = True
     clicks.add(np.array([[310.0, 520.0]]))
     ui.wait(widget)
+    preview.events.set_data.disconnect(drawn.append)
     assert clicks.features["positive"].tolist() == [True, False]
     expected = session.add_point((520.5, 310.5), positive=False)
     np.testing.assert_allclose(widget.session.result["iou"], expected["iou"], rtol=1e-5)
+    assert viewer.layers["SAM3 candidate"] is preview and preview.data is shown
+    np.testing.assert_array_equal(preview.data > 0, np.asarray(expected["mask"].iloc[0]))
+    assert len(drawn) == 1, "the preview is drawn once a result"
 
     # Accept the second candidate into a new labels layer, as label 1.
     widget.candidate.value = 1
     chosen = np.asarray(expected["mask"].iloc[1])
+    np.testing.assert_array_equal(preview.data > 0, chosen)
     ui.click(widget.accept_button)
     assert widget.last_error is None, widget.status.value
     objects = viewer.layers["SAM3 objects"]
