@@ -147,9 +147,6 @@ def main() -> None:
         print("the main thread during those clicks (cProfile, by own time):")
         pstats.Stats(profile).sort_stats("tottime").print_stats(15)
         pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
-        pstats.Stats(profile).sort_stats("cumulative").print_callees(
-            "points.py.*\\(add\\)|_on_data|Job.start|_busy|_returned"
-        )
     viewer.close()
 
 

@@ -27,8 +27,10 @@ def test_clicks_give_three_candidates_and_accept_adds_a_label(interactive, conne
     clicks = viewer.layers["SAM3 clicks"]
     assert widget.clicks.value is clicks and widget.box.value is viewer.layers["SAM3 box"]
 
-    # A click before Start encodes the image first, then runs the click.
+    # A click before Start encodes the image first, then runs the click; the encoding is listed
+    # in napari's activity dock.
     clicks.add(np.array([[300.0, 500.0]]))
+    assert "SAM3: Encoding the image" in _activities()
     ui.wait(widget)
     assert widget.last_error is None, widget.status.value
     assert widget.session is not None
@@ -50,6 +52,7 @@ def test_clicks_give_three_candidates_and_accept_adds_a_label(interactive, conne
     preview.events.set_data.connect(drawn.append)
     widget.negative.value = True
     clicks.add(np.array([[310.0, 520.0]]))
+    assert widget.job.running and "SAM3: Adding a click" not in _activities(), "a click flashes"
     ui.wait(widget)
     preview.events.set_data.disconnect(drawn.append)
     assert clicks.features["positive"].tolist() == [True, False]
@@ -76,6 +79,13 @@ def test_clicks_give_three_candidates_and_accept_adds_a_label(interactive, conne
     ui.click(widget.undo_accept_button)
     assert not objects.data.any()
     assert len(objects.features) == 0
+
+
+def _activities() -> list[str]:
+    """What napari's activity dock lists now."""
+    from napari.utils import progress
+
+    return [str(p.desc) for p in progress._all_instances]
 
 
 def _choices(widget) -> list[str]:

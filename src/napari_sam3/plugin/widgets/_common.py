@@ -206,12 +206,22 @@ class Job:
     def running(self) -> bool:
         return self.worker is not None
 
-    def start(self, what: str, func: Callable, *args: Any, done: Callable | None = None, **kw):
+    def start(
+        self,
+        what: str,
+        func: Callable,
+        *args: Any,
+        done: Callable | None = None,
+        listed: bool = True,
+        **kw,
+    ):
         """Run `func(*args, **kw)` in a worker; `done(result)` runs on the GUI thread and may
         return the status line to show.
 
         `func` may be a generator yielding `(done, total)` to drive the progress bar (and the
-        run's entry in napari's activity dock, a `napari.utils.progress`).
+        run's entry in napari's activity dock, a `napari.utils.progress`). `listed=False`: no
+        activity entry, for calls that take a blink (an interactive click: the entry would
+        flash, and making one cost 5 ms of the click's main thread).
         """
         from napari.qt.threading import create_worker
         from napari.utils import progress
@@ -222,7 +232,7 @@ class Job:
         self.note = ""
         self._cancelled = False
         self._close_activity()
-        self.activity = progress(total=0, desc=f"SAM3: {what}")
+        self.activity = progress(total=0, desc=f"SAM3: {what}") if listed else None
         worker = create_worker(func, *args, _start_thread=False, _ignore_errors=True, **kw)
         worker.returned.connect(lambda result: self._returned(worker, done, result))
         worker.errored.connect(lambda error: self._errored(worker, error))

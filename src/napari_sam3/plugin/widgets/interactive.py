@@ -36,6 +36,9 @@ from napari_sam3.plugin.widgets._fields import (
 )
 
 CANDIDATE_LAYER = "SAM3 candidate"
+ENCODING = "Encoding the image"
+EVERYTHING = "Segmenting everything"
+_LISTED = (ENCODING, EVERYTHING)  # long enough to show in napari's activity dock
 CLICKS_LAYER = "SAM3 clicks"
 BOX_LAYER = "SAM3 box"
 SEED_LAYER = "SAM3 seed"
@@ -363,7 +366,8 @@ class InteractiveWidget(Sam3Widget):
                 self.last_error = error
                 self.status.value = notify_error(f"{what} failed", error)
                 continue
-            self.job.start(what, work, done=done)
+            # the prompts take a blink: only encoding and "everything" get an activity entry
+            self.job.start(what, work, done=done, listed=what in _LISTED)
 
     def _job_finished(self) -> None:
         self._pump()
@@ -372,13 +376,13 @@ class InteractiveWidget(Sam3Widget):
         self._queue.clear()
 
     def _ensure_session(self) -> None:
-        if self.session is None and not any(w == "Encoding the image" for w, _ in self._queue):
-            self._enqueue("Encoding the image", self._make_start)
+        if self.session is None and not any(w == ENCODING for w, _ in self._queue):
+            self._enqueue(ENCODING, self._make_start)
 
     @reports_errors("Encoding the image failed")
     def start(self, *_args) -> None:
         self.session = None
-        self._enqueue("Encoding the image", self._make_start)
+        self._enqueue(ENCODING, self._make_start)
 
     def _make_start(self):
         client = self.client
@@ -636,7 +640,7 @@ class InteractiveWidget(Sam3Widget):
 
             return (lambda: session.everything(points_per_side=points)), done
 
-        self._enqueue("Segmenting everything", make)
+        self._enqueue(EVERYTHING, make)
 
 
 def _with_keys(text: str, name: str) -> str:
