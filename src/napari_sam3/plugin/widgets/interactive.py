@@ -366,7 +366,6 @@ class InteractiveWidget(Sam3Widget):
                 self.last_error = error
                 self.status.value = notify_error(f"{what} failed", error)
                 continue
-            # the prompts take a blink: only encoding and "everything" get an activity entry
             self.job.start(what, work, done=done, listed=what in _LISTED)
 
     def _job_finished(self) -> None:
@@ -492,25 +491,31 @@ class InteractiveWidget(Sam3Widget):
 
     def _update_preview(self, target) -> None:
         mask = self.candidate_mask()
+        live = self.preview is not None and self.preview in self.viewer.layers
+        if live:
+            shown = self.preview.data
+            if (
+                isinstance(shown, np.ndarray)
+                and shown.shape == tuple(target.shape)
+                and shown.dtype == np.uint8
+            ):
+                # In place: a new array makes napari re-check every layer's extent and the
+                # dims. With the single update in _set_result, a click's main-thread part went
+                # 60 -> 13-15 ms at full size (bench/bench_napari_click.py).
+                np.copyto(shown, 0 if mask is None else mask)
+                self.preview.refresh(extent=False)
+                return
         data = np.zeros(target.shape, np.uint8) if mask is None else mask.astype(np.uint8)
-        if self.preview is None or self.preview not in self.viewer.layers:
-            self.preview = self.viewer.add_labels(
-                data,
-                name=CANDIDATE_LAYER,
-                opacity=0.6,
-                **_layers.placement(target.layer, target.offset),
-            )
-            self.reset_choices()
-            return
-        shown = self.preview.data
-        if isinstance(shown, np.ndarray) and shown.shape == data.shape and shown.dtype == np.uint8:
-            # In place: a new array makes napari re-check every layer's extent and the dims.
-            # With the single update above, a click's main-thread part went 60 -> 13-15 ms at
-            # full size (bench/bench_napari_click.py).
-            np.copyto(shown, data)
-            self.preview.refresh(extent=False)
-        else:
+        if live:
             self.preview.data = data
+            return
+        self.preview = self.viewer.add_labels(
+            data,
+            name=CANDIDATE_LAYER,
+            opacity=0.6,
+            **_layers.placement(target.layer, target.offset),
+        )
+        self.reset_choices()
 
     def next_candidate(self) -> None:
         choices = [c for c in self._candidate_choices() if c[1] >= 0]
