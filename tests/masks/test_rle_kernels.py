@@ -317,3 +317,50 @@ def test_a_forked_child_spreads_work_on_its_own_threads():
     with context.Pool(1) as pool:
         result = pool.apply_async(rle_kernels.spread, (abs, [-4, -5, -6]))
         assert result.get(timeout=60) == [4, 5, 6]
+
+
+@pytest.fixture
+def eight_cpus(monkeypatch):
+    """A process allowed 8 CPUs, whatever this host has; the thread limit restored after."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    yield
+    rle_kernels.set_threads(0)
+
+
+def threads_used(items: int) -> set[int]:
+    import threading
+    import time
+
+    def one(_):
+        time.sleep(0.05)  # every task waits: the pool starts as many threads as it may
+        return threading.get_ident()
+
+    return set(rle_kernels.spread(one, list(range(items))))
+
+
+def test_the_mask_kernels_use_at_most_the_threads_asked_for(eight_cpus):
+    import threading
+
+    assert rle_kernels.workers() == 8
+    assert len(threads_used(6)) == 6  # no limit: one thread per task, up to the CPUs
+    rle_kernels.set_threads(2)
+    assert rle_kernels.workers() == 2
+    assert len(threads_used(6)) == 2
+    rle_kernels.set_threads(1)
+    assert threads_used(6) == {threading.get_ident()}  # one thread: the caller's
+    rle_kernels.set_threads(32)
+    assert rle_kernels.workers() == 8  # never more than the CPUs the process may use
+    rle_kernels.set_threads(0)
+    assert rle_kernels.workers() == 8
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        rle_kernels.set_threads(-1)
+
+
+def test_an_embedded_client_sets_the_mask_threads(eight_cpus, tiny_repository):
+    from napari_sam3 import Sam3Client
+
+    Sam3Client.local(tiny_repository, threads=3)
+    assert rle_kernels.workers() == 3
+    Sam3Client.local(tiny_repository)  # threads 0: every CPU
+    assert rle_kernels.workers() == 8

@@ -42,7 +42,9 @@ for _i in range(64):
     _DE_BRUIJN_INDEX[((0x03F79D71B4CB0A89 << _i) & 0xFFFFFFFFFFFFFFFF) >> 58] = _i
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
+_pool_size = 0
 _pool_lock = threading.Lock()
+_thread_limit = 0  # set_threads: 0 is every CPU this process may use
 
 
 def _disk_cache() -> bool:
@@ -66,24 +68,40 @@ def _jit(function):
     return numba.njit(nogil=True, cache=_CACHE)(function)
 
 
-def _workers() -> int:
+def set_threads(threads: int) -> None:
+    """Run the mask kernels on at most `threads` threads in this process (0: every CPU it may
+    use). The embedded engine sets its own `threads` here, so that a client asked for 2 threads
+    does not threshold masks on 16. One process-wide limit: the last engine made sets it."""
+    global _thread_limit
+    threads = int(threads)
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0 (0: every CPU), got {threads}")
+    with _pool_lock:
+        _thread_limit = threads  # the next spread makes a pool of the new size if it differs
+
+
+def workers() -> int:
+    """Threads the mask kernels use: the CPUs this process may use, capped by `set_threads`."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, _thread_limit) if _thread_limit else cpus)
 
 
 def spread(function, items: list) -> list:
     """``[function(item) ...]``, spread over a thread pool when there is more than one item."""
-    global _pool, _pool_pid
-    if len(items) < 2 or _workers() < 2:
+    global _pool, _pool_pid, _pool_size
+    n = workers()
+    if len(items) < 2 or n < 2:
         return [function(item) for item in items]
     with _pool_lock:
         # a forked child (dask, multiprocessing) inherits the pool without its threads
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(_workers(), thread_name_prefix="sam3-masks")
-            _pool_pid = os.getpid()
-    return list(_pool.map(function, items))
+        if _pool is None or _pool_pid != os.getpid() or _pool_size != n:
+            _pool = ThreadPoolExecutor(n, thread_name_prefix="sam3-masks")
+            _pool_pid, _pool_size = os.getpid(), n
+        pool = _pool
+    return list(pool.map(function, items))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,7 +471,7 @@ class PackedMasks:
         outside their boxes)."""
         args = [np.ascontiguousarray(v, dtype=np.int64) for v in (a, b, y0, y1, x0, x1)]
         out = np.zeros(args[0].size, dtype=np.int64)
-        step = max(1, -(-out.size // _workers()))
+        step = max(1, -(-out.size // workers()))
         fixed = (self.store, self.at, self.rows, self.word0, self.words)
 
         def one(lo: int) -> None:

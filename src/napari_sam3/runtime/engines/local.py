@@ -60,6 +60,9 @@ class LocalEngine:
         if stale:  # this engine runs the package's own code; a server on the copies would not
             warnings.warn(stale_logic_message(self.repository, stale), stacklevel=3)
         self.threads = threads
+        from napari_sam3.masks import rle_kernels
+
+        rle_kernels.set_threads(threads)  # the masks' threads too, not only the graphs'
         self.runtime, self.precision = runtime, precision
         # decided now, so that an impossible choice (bf16 on a CPU without it) fails at once
         self.choices = {
