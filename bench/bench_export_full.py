@@ -82,6 +82,7 @@ def main() -> None:
 
     from napari_sam3.core import contract
     from napari_sam3.runtime.host import import_onnxruntime
+    from sam3_export.graphs.pvs_decoder import image_features
     from sam3_export.model import build_sam3, model_id
 
     ort = import_onnxruntime()
@@ -133,7 +134,8 @@ def main() -> None:
         x = (torch.from_numpy(image).to(torch.float32) / 255.0 - 0.5) / 0.5
         out = model.backbone.forward_image(x)
         pvs = out["sam2_backbone_out"]["backbone_fpn"]
-        out["pvs"] = [decoder.conv_s0(pvs[0]), decoder.conv_s1(pvs[1]), pvs[2]]
+        levels = [decoder.conv_s0(pvs[0]), decoder.conv_s1(pvs[1]), pvs[2]]
+        out["pvs"] = image_features(model.inst_interactive_predictor.model, levels)
         return out
 
     def eager_text():
@@ -188,8 +190,8 @@ def main() -> None:
         "det_fpn (3 levels)": max(
             max_diff(vision[n], ref["backbone_fpn"][i]) for i, n in enumerate(contract.DET_FPN)
         ),
-        "pvs_fpn (3 levels)": max(
-            max_diff(vision[n], ref["pvs"][i]) for i, n in enumerate(contract.PVS_FPN)
+        "pvs (3 levels, first layer's 3 projections)": max(
+            max_diff(vision[n], ref["pvs"][n]) for n in contract.PVS_FEATURES
         ),
         "text_features": max_diff(
             text_out[contract.TEXT_FEATURES], ref["language_features"].transpose(0, 1)

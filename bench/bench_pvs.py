@@ -202,7 +202,7 @@ class GridDecode:
 
     def __init__(self, grid: ort.InferenceSession, features: dict) -> None:
         self.grid, self.features = grid, features
-        self.batch = grid.get_inputs()[3].shape[0]
+        self.batch = grid.get_inputs()[len(contract.PVS_FEATURES)].shape[0]  # the coords
         self.seconds, self.cpu_seconds, self.calls = 0.0, 0.0, 0
 
     def __call__(self, coords: np.ndarray, labels: np.ndarray):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from napari_sam3.core import contract
+from sam3_export.graphs.pvs_decoder import image_features
 
 # Tolerances of the issue: logits, boxes, presence 1e-4; mask logits 1e-3.
 TOL = {
@@ -60,18 +61,21 @@ def ort_decode(ort_repo, vision, text, boxes, labels) -> dict[str, np.ndarray]:
 def test_encoder(ort_repo, eager, images):
     got = ort_repo.encode(images.a)
     ref = eager.backbone(images.a, "x")
-    decoder = eager.model.inst_interactive_predictor.model.sam_mask_decoder
+    tracker = eager.model.inst_interactive_predictor.model
+    decoder = tracker.sam_mask_decoder
     pvs = ref["sam2_backbone_out"]["backbone_fpn"]
+    levels = [decoder.conv_s0(pvs[0]).detach(), decoder.conv_s1(pvs[1]).detach(), pvs[2]]
     want = {
-        **dict(zip(contract.DET_FPN, ref["backbone_fpn"], strict=True)),
-        contract.DET_POS: ref["vision_pos_enc"][-1],
-        contract.PVS_FPN[0]: decoder.conv_s0(pvs[0]).detach(),
-        contract.PVS_FPN[1]: decoder.conv_s1(pvs[1]).detach(),
-        contract.PVS_FPN[2]: pvs[2],
+        **{n: x.numpy() for n, x in zip(contract.DET_FPN, ref["backbone_fpn"], strict=True)},
+        contract.DET_POS: ref["vision_pos_enc"][-1].numpy(),
+        **image_features(tracker, levels),
     }
-    assert set(got) == set(contract.VISION_TENSORS)
+    # the interactive levels are the official ones, channels-last
+    for name, level in zip(contract.PVS_FPN, levels, strict=True):
+        assert np.array_equal(want[name], level.permute(0, 2, 3, 1).numpy())
+    assert set(got) == set(want) == set(contract.VISION_TENSORS)
     for name, value in want.items():
-        diff = float(np.abs(got[name] - value.numpy()).max())
+        diff = float(np.abs(got[name] - value).max())
         assert diff <= 1e-4, f"{name}: {diff:.3g}"
 
 

@@ -15,6 +15,7 @@ import torch
 
 from napari_sam3.client.automatic import upscale_logits
 from napari_sam3.core import contract
+from sam3_export.graphs.pvs_decoder import image_features
 
 TOL = 1e-4
 UPSCALE_RTOL = 3e-5
@@ -113,8 +114,8 @@ def official(head, levels):
 
 
 @pytest.fixture(scope="module")
-def features(levels) -> dict[str, np.ndarray]:
-    return {n: x.numpy() for n, x in zip(contract.PVS_FEATURES, levels, strict=True)}
+def features(head, levels) -> dict[str, np.ndarray]:
+    return image_features(head, levels)
 
 
 @pytest.fixture(scope="module")
@@ -344,8 +345,8 @@ def test_export_pvs_decoder_other_slot_counts(tmp_path):
         (contract.PVS_GRID_DECODER, PvsGridDecoder),
     ):
         io = specs[name]
-        feeds = {n: x.numpy() for n, x in zip(contract.PVS_FEATURES, levels, strict=True)}
-        for t in io.inputs[3:]:
+        feeds = image_features(predictor, levels)
+        for t in io.inputs[len(feeds) :]:
             if t.dtype == "bool":
                 feeds[t.name] = rng.integers(0, 2, t.shape).astype(bool)
             elif t.name == contract.PVS_POINT_LABELS:

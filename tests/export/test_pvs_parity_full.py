@@ -17,6 +17,7 @@ from .test_pvs_decoder import (
     TOL,
     Official,
     assert_matches,
+    image_features,
     official_kwargs,
     prompt_arrays,
     random_levels,
@@ -46,7 +47,7 @@ def full(tmp_path_factory):
         )
         for name in contract.PVS_GRAPHS
     }
-    features = {n: x.numpy() for n, x in zip(contract.PVS_FEATURES, levels, strict=True)}
+    features = image_features(predictor, levels)
     return predictor, Official(predictor, levels), sessions, features
 
 
@@ -93,7 +94,7 @@ def test_full_size_parity(full):
 def test_full_size_grid_parity(full):
     predictor, official, sessions, features = full
     session = sessions[contract.PVS_GRID_DECODER]
-    b = session.get_inputs()[3].shape[0]
+    b = session.get_inputs()[len(features)].shape[0]  # the first prompt input
     pts = np.random.default_rng(8).uniform(0, S, (b, 1, 2)).astype(np.float32)
     labels = np.ones((b, 1), np.float32)
     got = run(

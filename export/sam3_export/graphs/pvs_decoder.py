@@ -1,6 +1,7 @@
 """`sam3_pvs_decoder`: SAM3's interactive (PVS) head as a static-shape graph.
 
-Inputs: the interactive neck's three levels (as the unified encoder writes them), then a prompt
+Inputs: what the unified encoder writes for the interactive head (`PvsImageSide`: the neck's three
+levels channels-last and the first two-way layer's projections of the image), then a prompt
 in fixed slots. Outputs: 3 candidate masks as low-res logits and their predicted IoU (the
 official `predict(multimask_output=True)`). The single-mask output (`multimask_output=False`)
 is not exported: nothing reads it (the client shows the best of the three candidates).
@@ -45,6 +46,7 @@ import math
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from napari_sam3.core import contract
@@ -59,7 +61,19 @@ MASK_INPUT_CLAMP = 32.0  # the official predictor clamps returned low-res logits
 
 
 def _masked_attention(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, valid: Tensor) -> Tensor:
-    """The official `sam3.sam.transformer.Attention` over only the keys where `valid` [B,Nk].
+    """See `_masked_attention_heads`; `q` before its projection."""
+    return _masked_attention_heads(attn, _heads(attn, attn.q_proj(q)), k, v, valid)
+
+
+def _heads(attn: nn.Module, x: Tensor) -> Tensor:
+    return attn._separate_heads(x, attn.num_heads)
+
+
+def _masked_attention_heads(
+    attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, valid: Tensor
+) -> Tensor:
+    """The official `sam3.sam.transformer.Attention` over only the keys where `valid` [B,Nk],
+    for queries already projected and split into heads [B, heads, Nq, d].
 
     Key 0 must be valid (it is an output token). Every other key is replaced by a copy of key 0
     (key and value), and key 0 with its n copies each get a logit bias of -log(1 + n): together
@@ -69,10 +83,8 @@ def _masked_attention(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, valid: T
     down a slow path (20x on [1,8,5184,26]), and a mask relative to the row maximum costs
     three passes over the logits.
     """
-    heads = attn.num_heads
-    q = attn._separate_heads(attn.q_proj(q), heads)
-    k = attn._separate_heads(attn.k_proj(k), heads)
-    v = attn._separate_heads(attn.v_proj(v), heads)
+    k = _heads(attn, attn.k_proj(k))
+    v = _heads(attn, attn.v_proj(v))
     keep = valid[:, None, :, None]
     k = torch.where(keep, k, k[:, :, :1])
     v = torch.where(keep, v, v[:, :, :1])
@@ -170,25 +182,58 @@ class PvsDecoder(nn.Module):
         )
         return tokens, torch.cat(parts_valid, dim=1)
 
-    def _dense(self, mask_input: Tensor, has_mask: Tensor) -> Tensor:
+    def _dense(
+        self, mask_input: Tensor, has_mask: Tensor, first: tuple[Tensor, Tensor, Tensor]
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The dense prompt [B, hw, C] (the mask embedding, or SAM's "no mask" embedding), and
+        the first layer's image-side projections `first` (made with "no mask", see
+        `PvsImageSide`) moved by what the mask embedding changes in them.
+
+        The embedding's last layer is a 1x1 convolution W h + b of a 16-channel map h, so a
+        projection P of it is (P W) h + P b: a 16-channel product per projection instead of the
+        256-channel one that `first` saves.
+        """
+        encoder = self.prompt_encoder
         mask = mask_input.float().clamp(-MASK_INPUT_CLAMP, MASK_INPUT_CLAMP)
-        embedded = self.prompt_encoder._embed_masks(mask)
-        no_mask = self.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1)
-        return torch.where(has_mask[:, None, None, None], embedded, no_mask)  # broadcast
+        *hidden_layers, last = encoder.mask_downscaling
+        hidden = nn.Sequential(*hidden_layers)(mask).permute(0, 2, 3, 1).flatten(1, 2)
+        w = last.weight[:, :, 0, 0]  # [C, c_hidden]
+        no_mask = encoder.no_mask_embed.weight  # [1, C]
+        masked = has_mask[:, None, None]
+        dense = torch.where(masked, hidden @ w.T + last.bias, no_mask[None])
+        layer = self.mask_decoder.transformer.layers[0]
+        projections = (
+            layer.cross_attn_token_to_image.k_proj,
+            layer.cross_attn_token_to_image.v_proj,
+            layer.cross_attn_image_to_token.q_proj,
+        )
+        heads = layer.cross_attn_token_to_image.num_heads
+        moved = []
+        for projected, linear in zip(first, projections, strict=True):
+            per_head = linear.weight.reshape(heads, -1, w.shape[0]).transpose(1, 2)  # [h, C, d]
+            through = w.T @ per_head  # [h, c_hidden, d]
+            shift = (last.bias - no_mask[0]) @ per_head  # [h, d]
+            change = hidden[:, None] @ through + shift[:, None]  # [B, h, hw, d]
+            moved.append(projected + torch.where(masked[..., None], change, 0.0))
+        return dense, tuple(moved)
 
     # -- the two-way transformer with key masking -----------------------------------------------
     def _two_way(
-        self, src: Tensor, pos: Tensor, tokens: Tensor, valid: Tensor, read: list[int]
+        self,
+        keys: Tensor,
+        tokens: Tensor,
+        valid: Tensor,
+        read: list[int],
+        first: tuple[Tensor, Tensor, Tensor],
     ) -> tuple[Tensor, Tensor]:
-        """`TwoWayTransformer.forward` of the official module, keys masked where SAM has none;
-        the output tokens only at the positions `read` (the last attention runs for those)."""
+        """`TwoWayTransformer.forward` of the official module on the image `keys` [B, hw, C],
+        keys masked where SAM has none; the first layer's image-side projections come in
+        `first`; the output tokens only at the positions `read` (the last attention runs for
+        those)."""
         transformer = self.mask_decoder.transformer
-        # [B, C, h, w] -> [B, hw, C] through channels-last: OpenVINO runs that as its layout
-        # reorder, where the 3-d permute of the flattened map ran as a slow generic Transpose.
-        keys = src.permute(0, 2, 3, 1).flatten(1, 2)
-        key_pe = pos.flatten(2).permute(0, 2, 1)  # batch 1, broadcast over prompts
+        key_pe = self.prompt_encoder.get_dense_pe().flatten(2).permute(0, 2, 1)  # a constant
         queries = tokens
-        for layer in transformer.layers:
+        for i, layer in enumerate(transformer.layers):
             if layer.skip_first_layer_pe:
                 queries = _masked_attention(layer.self_attn, queries, queries, queries, valid)
             else:
@@ -196,14 +241,24 @@ class PvsDecoder(nn.Module):
                 queries = queries + _masked_attention(layer.self_attn, q, q, queries, valid)
             queries = layer.norm1(queries)
 
+            to_image, to_tokens = layer.cross_attn_token_to_image, layer.cross_attn_image_to_token
             q = queries + tokens
-            k = keys + key_pe
-            queries = layer.norm2(queries + layer.cross_attn_token_to_image(q=q, k=k, v=keys))
+            if i == 0:
+                out = F.scaled_dot_product_attention(
+                    _heads(to_image, to_image.q_proj(q)), first[0], first[1]
+                )
+                attn = to_image.out_proj(to_image._recombine_heads(out))
+            else:
+                attn = to_image(q=q, k=keys + key_pe, v=keys)
+            queries = layer.norm2(queries + attn)
             queries = layer.norm3(queries + layer.mlp(queries))
 
             q = queries + tokens
-            k = keys + key_pe
-            attn = _masked_attention(layer.cross_attn_image_to_token, k, q, queries, valid)
+            if i == 0:
+                image_q = first[2]
+            else:
+                image_q = _heads(to_tokens, to_tokens.q_proj(keys + key_pe))
+            attn = _masked_attention_heads(to_tokens, image_q, q, queries, valid)
             keys = layer.norm4(_unfused_add(keys, attn))
 
         queries, tokens = queries[:, read], tokens[:, read]
@@ -216,13 +271,15 @@ class PvsDecoder(nn.Module):
         self,
         feat_s0: Tensor,
         feat_s1: Tensor,
-        image_embed: Tensor,
+        feat_s2: Tensor,
         sparse: Tensor,
         valid: Tensor,
         dense: Tensor,
+        first: tuple[Tensor, Tensor, Tensor],
     ) -> tuple[Tensor, Tensor]:
-        """`MaskDecoder.predict_masks` for B prompts on one image: the 3 multimask candidates
-        and their IoUs (the single-mask token's mask is never computed)."""
+        """`MaskDecoder.predict_masks` for B prompts on one image (the levels channels-last,
+        `dense` [B or 1, hw, C]): the 3 multimask candidates and their IoUs (the single-mask
+        token's mask is never computed)."""
         md = self.mask_decoder
         b = sparse.shape[0]
         weights = [md.iou_token.weight, md.mask_tokens.weight]
@@ -235,18 +292,20 @@ class PvsDecoder(nn.Module):
         tokens = torch.cat([output_tokens.unsqueeze(0).expand(b, -1, -1), sparse], dim=1)
         valid = torch.cat([torch.ones(b, n_out, dtype=torch.bool), valid], dim=1)
 
-        src = image_embed + dense  # [1,C,e,e] + [B,C,e,e]
-        pos = self.prompt_encoder.get_dense_pe()
-        _, c, h, w = src.shape
+        _, h, w, c = feat_s2.shape
+        # `Sam3Image.predict_inst` adds the "no memory" embedding to the lowest-res level
+        image = (feat_s2 + self.no_mem_embed.reshape(1, 1, 1, -1)).flatten(1, 2)
         # read: the IoU token and the multimask tokens (mask token 0 is the single-mask output)
         read = [s, *range(s + 2, s + 1 + md.num_mask_tokens)]
-        hs, src = self._two_way(src, pos, tokens, valid, read)
+        hs, src = self._two_way(image + dense, tokens, valid, read, first)
         iou_token_out, mask_tokens_out = hs[:, 0, :], hs[:, 1:, :]
 
         src = src.transpose(1, 2).reshape(b, c, h, w)
         dc1, ln1, act1, dc2, act2 = md.output_upscaling
-        upscaled = act1(ln1(dc1(src) + feat_s1))
-        upscaled = act2(dc2(upscaled) + feat_s0)
+        # the levels enter channels-last (the layout OpenVINO computes the convolutions in, so
+        # that it reorders nothing a click); here they are viewed as the [1, C, h, w] they are
+        upscaled = act1(ln1(dc1(src) + feat_s1.permute(0, 3, 1, 2)))
+        upscaled = act2(dc2(upscaled) + feat_s0.permute(0, 3, 1, 2))
 
         hyper_in = torch.stack(
             [
@@ -269,6 +328,9 @@ class PvsDecoder(nn.Module):
         pvs_fpn_0: Tensor,
         pvs_fpn_1: Tensor,
         pvs_fpn_2: Tensor,
+        pvs_first_keys: Tensor,
+        pvs_first_values: Tensor,
+        pvs_first_queries: Tensor,
         point_coords: Tensor,
         point_labels: Tensor,
         box: Tensor,
@@ -277,15 +339,9 @@ class PvsDecoder(nn.Module):
         has_mask: Tensor,
     ) -> tuple[Tensor, Tensor]:
         sparse, valid = self._sparse(point_coords, point_labels, box, has_box)
-        dense = self._dense(mask_input, has_mask)
-        masks, iou = self._decode(
-            pvs_fpn_0, pvs_fpn_1, self._image_embed(pvs_fpn_2), sparse, valid, dense
-        )
-        return masks, iou
-
-    def _image_embed(self, pvs_fpn_2: Tensor) -> Tensor:
-        # `Sam3Image.predict_inst` adds the "no memory" embedding to the lowest-res level.
-        return pvs_fpn_2 + self.no_mem_embed.reshape(1, -1, 1, 1)
+        first = (pvs_first_keys, pvs_first_values, pvs_first_queries)
+        dense, first = self._dense(mask_input, has_mask, first)
+        return self._decode(pvs_fpn_0, pvs_fpn_1, pvs_fpn_2, sparse, valid, dense, first)
 
 
 class PvsGridDecoder(PvsDecoder):
@@ -296,17 +352,70 @@ class PvsGridDecoder(PvsDecoder):
         pvs_fpn_0: Tensor,
         pvs_fpn_1: Tensor,
         pvs_fpn_2: Tensor,
+        pvs_first_keys: Tensor,
+        pvs_first_values: Tensor,
+        pvs_first_queries: Tensor,
         point_coords: Tensor,
         point_labels: Tensor,
     ) -> tuple[Tensor, Tensor]:
         sparse, valid = self._sparse(point_coords, point_labels)
         # One dense embedding for every prompt: the image side of the first attention layer is
-        # then computed once, not B times (broadcasting).
-        dense = self.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1)
-        masks, iou = self._decode(
-            pvs_fpn_0, pvs_fpn_1, self._image_embed(pvs_fpn_2), sparse, valid, dense
+        # the one `PvsImageSide` computed, broadcast over the prompts.
+        dense = self.prompt_encoder.no_mask_embed.weight[None]
+        first = (pvs_first_keys, pvs_first_values, pvs_first_queries)
+        return self._decode(pvs_fpn_0, pvs_fpn_1, pvs_fpn_2, sparse, valid, dense, first)
+
+
+class PvsImageSide(nn.Module):
+    """What the interactive head reads of one image, made once with the image's features (the
+    unified encoder graph ends with this): the neck's three levels channels-last, and the first
+    two-way layer's projections of the image, which no prompt changes but a mask input (the
+    decoder adds a mask's share itself, see `PvsDecoder._dense`): the token-to-image keys and
+    values and the image-to-token queries, [1, heads, hw, d] each, made with SAM's "no mask"
+    embedding. Three [hw, C] x [C, C/2] products a click fewer and no input reorder; with both,
+    a click's graph takes 0.87x (bf16) and 0.82x (fp32) of its time (full size, 2 threads,
+    OpenVINO, paired runs; docs/benchmarks.md).
+
+    Inputs: levels 0 and 1 already through the mask decoder's conv_s0 / conv_s1 and level 2 as
+    the neck made it, all [1, C, h, w] (as `Sam3Processor.set_image` leaves them).
+    """
+
+    def __init__(self, model_or_parts: object) -> None:
+        super().__init__()
+        tracker = tracker_of(model_or_parts)
+        self.prompt_encoder = tracker.sam_prompt_encoder
+        self.layer = tracker.sam_mask_decoder.transformer.layers[0]
+        self.no_mem_embed = tracker.no_mem_embed
+        heads = self.layer.cross_attn_token_to_image.num_heads
+        if heads != contract.PVS_HEADS or self.layer.cross_attn_image_to_token.num_heads != heads:
+            raise ValueError(
+                f"the interactive head has {heads} heads, the contract {contract.PVS_HEADS}"
+            )
+
+    def forward(self, level_0: Tensor, level_1: Tensor, level_2: Tensor) -> tuple[Tensor, ...]:
+        channels_last = [x.permute(0, 2, 3, 1) for x in (level_0, level_1, level_2)]
+        embed = self.no_mem_embed.reshape(1, -1) + self.prompt_encoder.no_mask_embed.weight
+        # [1, hw, C] from the channels-last level: OpenVINO 2026.4 (CPU) computed these projections
+        # wrong inside the encoder graph from `level_2.flatten(2).transpose(1, 2)` (tiny model:
+        # off by the values' whole range; ONNX Runtime and the graph alone were right)
+        image = channels_last[2].flatten(1, 2) + embed
+        pos = self.prompt_encoder.get_dense_pe().flatten(2).transpose(1, 2)
+        to_image, to_tokens = (
+            self.layer.cross_attn_token_to_image,
+            self.layer.cross_attn_image_to_token,
         )
-        return masks, iou
+        keys = _heads(to_image, to_image.k_proj(image + pos))
+        values = _heads(to_image, to_image.v_proj(image))
+        queries = _heads(to_tokens, to_tokens.q_proj(image + pos))
+        return (*channels_last, keys, values, queries)
+
+
+def image_features(model_or_parts: object, levels: list[Tensor]) -> dict[str, object]:
+    """`PvsImageSide` as numpy arrays by contract name: what the unified encoder writes for the
+    neck's levels [1, C, h, w] (levels 0 and 1 through conv_s0 / conv_s1)."""
+    with torch.no_grad():
+        out = PvsImageSide(model_or_parts)(*levels)
+    return {n: x.contiguous().numpy() for n, x in zip(contract.PVS_FEATURES, out, strict=True)}
 
 
 # -- shapes and export ---------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST_FILE = "sam3_manifest.json"
-MANIFEST_VERSION = 1
+# 2: the interactive levels channels-last and the first layer's image projections (pvs_first_*)
+MANIFEST_VERSION = 2
 # Manifest field: False when the checkpoint had no interactive (tracker.*) weights.
 INTERACTIVE_HEAD = "interactive_head"
 # Triton config parameter that carries the manifest (JSON) on the ensembles.
@@ -64,12 +65,18 @@ IMAGES = "images_u8"
 TOKEN_IDS = "token_ids"
 DET_FPN = ("det_fpn_0", "det_fpn_1", "det_fpn_2")  # grounding neck, strides 3.5, 7, 14
 DET_POS = "det_pos_2"  # sine position encoding of det_fpn_2
-# Interactive (PVS) neck, same strides. As the official `Sam3Processor.set_image` leaves them:
-# levels 0 and 1 already through the mask decoder's conv_s0 / conv_s1 (d_model/8, d_model/4
-# channels), level 2 as the neck made it (d_model channels, no `no_mem_embed` added).
+# Interactive (PVS) neck, same strides, channels-last [1, h, w, C]. As the official
+# `Sam3Processor.set_image` leaves them: levels 0 and 1 already through the mask decoder's
+# conv_s0 / conv_s1 (d_model/8, d_model/4 channels), level 2 as the neck made it (d_model
+# channels, no `no_mem_embed` added).
 PVS_FPN = ("pvs_fpn_0", "pvs_fpn_1", "pvs_fpn_2")
-PVS_FEATURES = PVS_FPN
-VISION_TENSORS = (*DET_FPN, DET_POS, *PVS_FPN)
+# The mask decoder's first two-way layer, its projections of the image (no prompt changes them;
+# a mask input's share is added by the decoder), [1, heads, hw, d_model/2/heads]: the
+# token-to-image keys and values and the image-to-token queries (sam3_export.graphs.pvs_decoder).
+PVS_FIRST_LAYER = ("pvs_first_keys", "pvs_first_values", "pvs_first_queries")
+PVS_HEADS = 8  # SAM's two-way transformer; its attention works in d_model / 2 channels
+PVS_FEATURES = (*PVS_FPN, *PVS_FIRST_LAYER)
+VISION_TENSORS = (*DET_FPN, DET_POS, *PVS_FEATURES)
 GROUNDING_VISION = (*DET_FPN, DET_POS)
 TEXT_FEATURES = "text_features"
 TEXT_PADDING_MASK = "text_padding_mask"
@@ -242,10 +249,12 @@ def vision_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
     pos = TensorSpec(DET_POS, "float32", (1, d, fpn[2], fpn[2]))
     pvs_channels = (d // 8, d // 4, d)
     pvs = tuple(
-        TensorSpec(n, "float32", (1, c, s, s))
+        TensorSpec(n, "float32", (1, s, s, c))
         for n, c, s in zip(PVS_FPN, pvs_channels, fpn, strict=True)
     )
-    return (*det, pos, *pvs)
+    first_shape = (1, PVS_HEADS, fpn[2] * fpn[2], d // 2 // PVS_HEADS)
+    first = tuple(TensorSpec(n, "float32", first_shape) for n in PVS_FIRST_LAYER)
+    return (*det, pos, *pvs, *first)
 
 
 def _by_name(specs: tuple[TensorSpec, ...], names: tuple[str, ...]) -> tuple[TensorSpec, ...]:

@@ -2,7 +2,7 @@
 
 Beyond the engine itself (weights and compiled graphs, loaded once), a scene run's memory goes to:
 
-- every tile in flight: its vision features (``image_bytes``: 138 MB at full size), held by the
+- every tile in flight: its vision features (``image_bytes``: 146 MB at full size), held by the
   embedded engine's feature cache while the tile's queries run (a server holds its own);
 - every query in a request: its raw head outputs (``heads_bytes``: 66 MB at full size, in the
   process that runs the model) and the work of turning them into masks (upsampling, runs,
