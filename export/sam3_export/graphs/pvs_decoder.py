@@ -96,6 +96,14 @@ def _masked_attention_heads(
     return attn.out_proj(attn._recombine_heads(out))
 
 
+def _first_layer_projections(layer: nn.Module) -> tuple[tuple[nn.Linear, bool], ...]:
+    """The first two-way layer's projections of the image, in `contract.PVS_FIRST_LAYER`'s
+    order, each with whether its input carries the position encoding: token-to-image keys (yes)
+    and values (no), image-to-token queries (yes)."""
+    to_image, to_tokens = layer.cross_attn_token_to_image, layer.cross_attn_image_to_token
+    return ((to_image.k_proj, True), (to_image.v_proj, False), (to_tokens.q_proj, True))
+
+
 def _attention_through_inputs(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The official `sam3.sam.transformer.Attention(q, k, v)` for a few queries over many keys,
     computed on the input side of the key and value projections: logits `(q Wk) k^T` and
@@ -109,7 +117,7 @@ def _attention_through_inputs(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor) 
     """
     heads = attn.num_heads
     b, n, _ = q.shape
-    q = attn._separate_heads(attn.q_proj(q), heads)  # [B, h, n, d]
+    q = _heads(attn, attn.q_proj(q))  # [B, h, n, d]
     d = q.shape[-1]
     w_k = attn.k_proj.weight.reshape(heads, d, -1)  # [h, d, C]
     w_v = attn.v_proj.weight.reshape(heads, d, -1)
@@ -202,14 +210,9 @@ class PvsDecoder(nn.Module):
         masked = has_mask[:, None, None]
         dense = torch.where(masked, hidden @ w.T + last.bias, no_mask[None])
         layer = self.mask_decoder.transformer.layers[0]
-        projections = (
-            layer.cross_attn_token_to_image.k_proj,
-            layer.cross_attn_token_to_image.v_proj,
-            layer.cross_attn_image_to_token.q_proj,
-        )
         heads = layer.cross_attn_token_to_image.num_heads
         moved = []
-        for projected, linear in zip(first, projections, strict=True):
+        for projected, (linear, _) in zip(first, _first_layer_projections(layer), strict=True):
             per_head = linear.weight.reshape(heads, -1, w.shape[0]).transpose(1, 2)  # [h, C, d]
             through = w.T @ per_head  # [h, c_hidden, d]
             shift = (last.bias - no_mask[0]) @ per_head  # [h, d]
@@ -400,14 +403,12 @@ class PvsImageSide(nn.Module):
         # off by the values' whole range; ONNX Runtime and the graph alone were right)
         image = channels_last[2].flatten(1, 2) + embed
         pos = self.prompt_encoder.get_dense_pe().flatten(2).transpose(1, 2)
-        to_image, to_tokens = (
-            self.layer.cross_attn_token_to_image,
-            self.layer.cross_attn_image_to_token,
+        attn = self.layer.cross_attn_token_to_image  # both attentions have PVS_HEADS heads
+        first = tuple(
+            _heads(attn, linear(image + pos if with_pos else image))
+            for linear, with_pos in _first_layer_projections(self.layer)
         )
-        keys = _heads(to_image, to_image.k_proj(image + pos))
-        values = _heads(to_image, to_image.v_proj(image))
-        queries = _heads(to_tokens, to_tokens.q_proj(image + pos))
-        return (*channels_last, keys, values, queries)
+        return (*channels_last, *first)
 
 
 def image_features(model_or_parts: object, levels: list[Tensor]) -> dict[str, object]:
