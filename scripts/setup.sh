@@ -18,13 +18,15 @@ if ((${#need_apt[@]})); then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    $SUDO apt-get clean  # the downloaded .debs (QGIS is most of them) are not needed again
 fi
 
 if [ ! -x .venv/bin/python ]; then
     echo "[setup] creating .venv with $PY"
     "$PY" -m venv .venv
 fi
-PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt)
+# No wheel cache: the CUDA build of torch alone is several GB, and a full disk failed a CI run.
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir -c constraints.txt)
 
 # torch and torchvision first and together, so nothing later drags in another build.
 "${PIP[@]}" torch==2.14.1 torchvision==0.29.1
