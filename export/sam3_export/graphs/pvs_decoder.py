@@ -46,7 +46,6 @@ import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from napari_sam3.core import contract
@@ -61,39 +60,73 @@ MASK_INPUT_CLAMP = 32.0  # the official predictor clamps returned low-res logits
 
 
 def _masked_attention(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, valid: Tensor) -> Tensor:
-    """See `_masked_attention_heads`; `q` before its projection."""
-    return _masked_attention_heads(attn, _heads(attn, attn.q_proj(q)), k, v, valid)
+    """The official `sam3.sam.transformer.Attention(q, k, v)` over only the keys where `valid`
+    [B, Nk] (the token self-attention). See `_masked_keys`."""
+    q = _heads(attn, attn.q_proj(q))
+    k, v, bias = _masked_keys(attn, k, v, valid)
+    logits = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + bias
+    return attn.out_proj(attn._recombine_heads(logits.softmax(dim=-1) @ v))
 
 
 def _heads(attn: nn.Module, x: Tensor) -> Tensor:
     return attn._separate_heads(x, attn.num_heads)
 
 
-def _masked_attention_heads(
-    attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, valid: Tensor
-) -> Tensor:
-    """The official `sam3.sam.transformer.Attention` over only the keys where `valid` [B,Nk],
-    for queries already projected and split into heads [B, heads, Nq, d].
+def _masked_keys(
+    attn: nn.Module, k: Tensor, v: Tensor, valid: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Keys and values projected and split into heads [B, heads, Nk, d], and a logit bias
+    [B, 1, 1, Nk] that leaves only the keys where `valid` [B, Nk] in the softmax.
 
     Key 0 must be valid (it is an output token). Every other key is replaced by a copy of key 0
     (key and value), and key 0 with its n copies each get a logit bias of -log(1 + n): together
     they weigh exactly what key 0 alone weighs, so the softmax over the real keys is the
-    official one (up to rounding). This costs one broadcast add on the [B, heads, Nq, Nk]
-    logits; a -inf mask would too, but then exp underflows, which sends ONNX Runtime's Softmax
-    down a slow path (20x on [1,8,5184,26]), and a mask relative to the row maximum costs
-    three passes over the logits.
+    official one (up to rounding). This costs one broadcast add on the logits; a -inf mask
+    would too, but then exp underflows, which sends ONNX Runtime's Softmax down a slow path
+    (20x on [1,8,5184,26]), and a mask relative to the row maximum costs three passes over the
+    logits.
     """
     k = _heads(attn, attn.k_proj(k))
     v = _heads(attn, attn.v_proj(v))
     keep = valid[:, None, :, None]
     k = torch.where(keep, k, k[:, :, :1])
     v = torch.where(keep, v, v[:, :, :1])
-    copies = (~valid).sum(dim=-1, keepdim=True).to(q.dtype)  # [B, 1]
+    copies = (~valid).sum(dim=-1, keepdim=True).to(k.dtype)  # [B, 1]
     shares = torch.cat([torch.ones_like(valid[:, :1]), ~valid[:, 1:]], dim=1)
     bias = torch.where(shares, -torch.log1p(copies), 0.0)[:, None, None, :]
-    logits = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + bias
-    out = logits.softmax(dim=-1) @ v
+    return k, v, bias
+
+
+# The attention between the tokens and the image is written as plain products: OpenVINO fuses
+# MatMul-Softmax-MatMul (and the exported scaled_dot_product_attention) into its attention
+# kernels, which on these shapes (25 tokens, 16 channels a head, 5184 image positions) ran
+# slower than the products alone, and a softmax along 25-long rows slower than down 25-long
+# columns of the image's positions. Both layouts below measured together, OpenVINO bf16, full
+# size, 2 threads: the graph at 0.89x (docs/benchmarks.md).
+def _image_to_tokens(
+    attn: nn.Module, queries_t: Tensor, k: Tensor, v: Tensor, valid: Tensor
+) -> Tensor:
+    """The official `Attention(q, k, v)` of the image's positions over the tokens, keys masked
+    where not `valid` (`_masked_keys`), for queries already projected, per head channels first
+    [B, heads, d, hw]: the softmax runs down the [B, heads, Nk, hw] logits' columns."""
+    k, v, bias = _masked_keys(attn, k, v, valid)
+    logits = (k @ queries_t) * (1.0 / math.sqrt(k.shape[-1])) + bias.transpose(-2, -1)
+    out = (v.transpose(-2, -1) @ logits.softmax(dim=-2)).transpose(-2, -1)  # [B, h, hw, d]
     return attn.out_proj(attn._recombine_heads(out))
+
+
+def _token_to_image(attn: nn.Module, q: Tensor, keys_t: Tensor, values_t: Tensor) -> Tensor:
+    """The official `Attention(q, k, v)` of the tokens over the image, for image keys and values
+    already projected, per head channels first [1 or B, heads, d, hw]."""
+    q = _heads(attn, attn.q_proj(q))
+    weights = ((q @ keys_t) * (1.0 / math.sqrt(q.shape[-1]))).softmax(dim=-1)  # [B, h, n, hw]
+    out = (values_t @ weights.transpose(-2, -1)).transpose(-2, -1)  # [B, h, n, d]
+    return attn.out_proj(attn._recombine_heads(out))
+
+
+def _heads_channels_first(attn: nn.Module, linear: nn.Linear, x: Tensor) -> Tensor:
+    """`linear(x)` for x [B, hw, C], split into heads with each head's channels first."""
+    return _heads(attn, linear(x)).transpose(-2, -1)
 
 
 def _first_layer_projections(layer: nn.Module) -> tuple[tuple[nn.Linear, bool], ...]:
@@ -204,19 +237,19 @@ class PvsDecoder(nn.Module):
         encoder = self.prompt_encoder
         mask = mask_input.float().clamp(-MASK_INPUT_CLAMP, MASK_INPUT_CLAMP)
         *hidden_layers, last = encoder.mask_downscaling
-        hidden = nn.Sequential(*hidden_layers)(mask).permute(0, 2, 3, 1).flatten(1, 2)
+        hidden = nn.Sequential(*hidden_layers)(mask).flatten(2)  # [B, c_hidden, hw]
         w = last.weight[:, :, 0, 0]  # [C, c_hidden]
         no_mask = encoder.no_mask_embed.weight  # [1, C]
         masked = has_mask[:, None, None]
-        dense = torch.where(masked, hidden @ w.T + last.bias, no_mask[None])
+        dense = torch.where(masked, hidden.transpose(1, 2) @ w.T + last.bias, no_mask[None])
         layer = self.mask_decoder.transformer.layers[0]
         heads = layer.cross_attn_token_to_image.num_heads
         moved = []
         for projected, (linear, _) in zip(first, _first_layer_projections(layer), strict=True):
-            per_head = linear.weight.reshape(heads, -1, w.shape[0]).transpose(1, 2)  # [h, C, d]
-            through = w.T @ per_head  # [h, c_hidden, d]
-            shift = (last.bias - no_mask[0]) @ per_head  # [h, d]
-            change = hidden[:, None] @ through + shift[:, None]  # [B, h, hw, d]
+            per_head = linear.weight.reshape(heads, -1, w.shape[0])  # [h, d, C]
+            through = per_head @ w  # [h, d, c_hidden]
+            shift = per_head @ (last.bias - no_mask[0])  # [h, d]
+            change = through @ hidden[:, None] + shift[..., None]  # [B, h, d, hw]
             moved.append(projected + torch.where(masked[..., None], change, 0.0))
         return dense, tuple(moved)
 
@@ -245,23 +278,18 @@ class PvsDecoder(nn.Module):
             queries = layer.norm1(queries)
 
             to_image, to_tokens = layer.cross_attn_token_to_image, layer.cross_attn_image_to_token
-            q = queries + tokens
             if i == 0:
-                out = F.scaled_dot_product_attention(
-                    _heads(to_image, to_image.q_proj(q)), first[0], first[1]
-                )
-                attn = to_image.out_proj(to_image._recombine_heads(out))
+                image_k, image_v, image_q = first
             else:
-                attn = to_image(q=q, k=keys + key_pe, v=keys)
+                image_k = _heads_channels_first(to_image, to_image.k_proj, keys + key_pe)
+                image_v = _heads_channels_first(to_image, to_image.v_proj, keys)
+                image_q = _heads_channels_first(to_tokens, to_tokens.q_proj, keys + key_pe)
+            attn = _token_to_image(to_image, queries + tokens, image_k, image_v)
             queries = layer.norm2(queries + attn)
             queries = layer.norm3(queries + layer.mlp(queries))
 
             q = queries + tokens
-            if i == 0:
-                image_q = first[2]
-            else:
-                image_q = _heads(to_tokens, to_tokens.q_proj(keys + key_pe))
-            attn = _masked_attention_heads(to_tokens, image_q, q, queries, valid)
+            attn = _image_to_tokens(to_tokens, image_q, q, queries, valid)
             keys = layer.norm4(_unfused_add(keys, attn))
 
         queries, tokens = queries[:, read], tokens[:, read]
@@ -374,7 +402,7 @@ class PvsImageSide(nn.Module):
     unified encoder graph ends with this): the neck's three levels channels-last, and the first
     two-way layer's projections of the image, which no prompt changes but a mask input (the
     decoder adds a mask's share itself, see `PvsDecoder._dense`): the token-to-image keys and
-    values and the image-to-token queries, [1, heads, hw, d] each, made with SAM's "no mask"
+    values and the image-to-token queries, [1, heads, d, hw] each (channels first), made with SAM's "no mask"
     embedding. Three [hw, C] x [C, C/2] products a click fewer and no input reorder; with both,
     a click's graph takes 0.87x (bf16) and 0.82x (fp32) of its time (full size, 2 threads,
     OpenVINO, paired runs; docs/benchmarks.md).
@@ -405,7 +433,7 @@ class PvsImageSide(nn.Module):
         pos = self.prompt_encoder.get_dense_pe().flatten(2).transpose(1, 2)
         attn = self.layer.cross_attn_token_to_image  # both attentions have PVS_HEADS heads
         first = tuple(
-            _heads(attn, linear(image + pos if with_pos else image))
+            _heads_channels_first(attn, linear, image + pos if with_pos else image)
             for linear, with_pos in _first_layer_projections(self.layer)
         )
         return (*channels_last, *first)

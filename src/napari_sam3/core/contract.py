@@ -71,7 +71,8 @@ DET_POS = "det_pos_2"  # sine position encoding of det_fpn_2
 # channels, no `no_mem_embed` added).
 PVS_FPN = ("pvs_fpn_0", "pvs_fpn_1", "pvs_fpn_2")
 # The mask decoder's first two-way layer, its projections of the image (no prompt changes them;
-# a mask input's share is added by the decoder), [1, heads, hw, d_model/2/heads]: the
+# a mask input's share is added by the decoder), [1, heads, d_model/2/heads, hw] (each head's
+# channels first: the layout the decoder's attention products read without a transpose): the
 # token-to-image keys and values and the image-to-token queries (sam3_export.graphs.pvs_decoder).
 PVS_FIRST_LAYER = ("pvs_first_keys", "pvs_first_values", "pvs_first_queries")
 PVS_HEADS = 8  # SAM's two-way transformer; its attention works in d_model / 2 channels
@@ -252,7 +253,7 @@ def vision_specs(sizes: Sizes) -> tuple[TensorSpec, ...]:
         TensorSpec(n, "float32", (1, s, s, c))
         for n, c, s in zip(PVS_FPN, pvs_channels, fpn, strict=True)
     )
-    first_shape = (1, PVS_HEADS, fpn[2] * fpn[2], d // 2 // PVS_HEADS)
+    first_shape = (1, PVS_HEADS, d // 2 // PVS_HEADS, fpn[2] * fpn[2])
     first = tuple(TensorSpec(n, "float32", first_shape) for n in PVS_FIRST_LAYER)
     return (*det, pos, *pvs, *first)
 
