@@ -15,7 +15,12 @@ import pytest
 from napari_sam3.masks import rle_kernels
 from napari_sam3.masks.dedup import _Overlap, dedup_masks
 from napari_sam3.masks.rle import RleMasks
-from napari_sam3.runtime.postprocess import postprocess_masks, threshold_masks, upsample_logits
+from napari_sam3.runtime.postprocess import (
+    postprocess_masks,
+    threshold_boxes,
+    threshold_masks,
+    upsample_logits,
+)
 
 from ..runtime.test_postprocess_crops import blobs
 
@@ -114,6 +119,20 @@ def test_threshold_kernel_matches_the_reference(logits, size, cut):
     plateau = np.isin(logits, cut).any()
     if len(logits) and size <= 250 and not plateau:
         assert np.array_equal(compiled.to_dense(), upsample_logits(logits, size) > cut)
+
+
+@pytest.mark.parametrize(
+    ("logits", "size", "cut"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_boxes_found_without_the_masks_are_the_masks_boxes(logits, size, cut):
+    """An interactive prompt's other candidates get their boxes before (or without) their
+    masks: the box kernel must give the boxes of the masks the threshold kernel makes."""
+    cut = np.float32(cut)
+    masks = threshold_masks(logits, size, cut)
+    reference, compiled = both(lambda: threshold_boxes(logits, size, cut))
+    assert reference.dtype == compiled.dtype == np.int64
+    assert np.array_equal(reference, masks.bboxes)
+    assert np.array_equal(compiled, masks.bboxes)
 
 
 def test_postprocess_matches_the_reference_end_to_end():

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from napari_sam3 import Sam3Client
+from napari_sam3.client import interactive as interactive_module
 from napari_sam3.masks import rle as rle_module
 from napari_sam3.masks.rle import RleMasks, RlePayload, as_rle_masks, encode_masks
 from napari_sam3.runtime.postprocess import postprocess_masks
@@ -93,6 +94,39 @@ def test_in_process_and_over_the_wire_give_identical_detections(
     assert len(local_results["text"]) > 1
     for name, frame in local_results.items():
         _same(frame, wire_results[name], name)
+
+
+def test_a_click_in_process_makes_the_best_mask_and_the_others_when_looked_at(
+    tiny_repository, s2_crop, monkeypatch
+):
+    image = np.asarray(s2_crop.data)
+    made = []
+    real = interactive_module.threshold_masks
+
+    def counted(logits, size, cut):
+        made.append(len(logits))
+        return real(logits, size, cut)
+
+    client = Sam3Client.local(tiny_repository)
+    try:
+        session = client.interactive(image)
+        monkeypatch.setattr(interactive_module, "threshold_masks", counted)
+        frame = session.add_point((100, 80))
+        assert made == [1]  # the best candidate only, which the viewer shows at once
+        assert "not made yet" in repr(frame["mask"].iloc[1])
+        second = np.asarray(frame["mask"].iloc[1])
+        assert made == [1, 1]
+        np.testing.assert_array_equal(np.asarray(frame["mask"].iloc[1]), second)
+        assert made == [1, 1]  # made once
+        masks = [np.asarray(m) for m in frame["mask"]]
+        assert made == [1, 1, 1] and all(m.shape == image.shape[1:] for m in masks)
+        # the boxes, found before the masks were made, are the masks' own boxes
+        model_boxes = np.array([m.rle.bbox for m in frame["mask"]], np.float32)
+        np.testing.assert_array_equal(
+            np.stack(frame["box"]), session.letterbox.boxes_to_image(model_boxes)
+        )
+    finally:
+        client.close()
 
 
 def test_a_payload_is_the_batch_in_process_and_its_bytes_across_a_process():

@@ -16,6 +16,7 @@ from napari_sam3.client.cache import ModelSwitched
 from napari_sam3.client.results import FrameMask, decode_answer
 from napari_sam3.core import contract
 from napari_sam3.masks.rle import RleMasks
+from napari_sam3.runtime.postprocess import INTERACTIVE_CUT, threshold_boxes, threshold_masks
 
 SEED_MASK_LOGIT = 10.0  # a painted seed mask enters as confident logits: +10 inside, -10 outside
 
@@ -178,30 +179,62 @@ class InteractiveSession:
         }
 
     def _run(self, state: PromptState) -> pd.DataFrame:
-        out = self._request(self._prompt_tensors(state), contract.INTERACTIVE_OUTPUTS)
+        # In-process the masks are made here from the logits, the others only when looked at;
+        # a server sends them (made where the logits are).
+        remote = self.client._features.remote
+        wanted = (
+            contract.INTERACTIVE_OUTPUTS if remote else (contract.PVS_IOU, contract.PVS_LOW_RES)
+        )
+        out = self._request(self._prompt_tensors(state), wanted)
         iou = np.asarray(out[contract.PVS_IOU], np.float32).reshape(-1)
         low_res = np.asarray(out[contract.PVS_LOW_RES], np.float32)[0]  # [3, m, m]
-        candidates = self.manifest.graph_io(contract.PVS_DECODER).output(contract.PVS_DECODER_MASKS)
-        masks = decode_answer(out[contract.MASKS_RLE], self.client.image_size, candidates.shape[1])
-        if len(masks) != len(iou) or len(low_res) != len(iou):
+        if len(low_res) != len(iou):
             raise ValueError(
-                f"server answered {len(iou)} scores, {len(low_res)} low-res masks and "
-                f"{len(masks)} masks for one interactive prompt"
+                f"server answered {len(iou)} scores and {len(low_res)} low-res masks for one "
+                "interactive prompt"
             )
         order = np.argsort(-iou, kind="stable")
-        frame = self._frame(masks, iou, order)
+        if remote:
+            masks, boxes = self._sent_masks(out[contract.MASKS_RLE], len(iou), order)
+        else:
+            masks, boxes = self._masks_of(low_res, order)
+        frame = self._frame(masks, boxes, iou[order])
         self._history.append((self._state, self.result))
         # The best candidate's logits are the mask input of the next prompt.
         self._state = replace(state, mask_input=low_res[order[0]])
         self.result = frame
         return frame
 
-    def _frame(self, masks, iou: np.ndarray, order: np.ndarray) -> pd.DataFrame:
-        boxes = self.letterbox.boxes_to_image(np.asarray(masks.bboxes, np.float32)[order])
+    def _sent_masks(self, payload, count: int, order: np.ndarray) -> tuple[list, np.ndarray]:
+        """The candidates' masks a server sent, in `order`, and their model-space boxes."""
+        candidates = self.manifest.graph_io(contract.PVS_DECODER).output(contract.PVS_DECODER_MASKS)
+        masks = decode_answer(payload, self.client.image_size, candidates.shape[1])
+        if len(masks) != count:
+            raise ValueError(
+                f"server answered {count} scores but {len(masks)} masks for one interactive prompt"
+            )
+        framed = [FrameMask(masks.mask(i), self.letterbox) for i in order]
+        return framed, np.asarray(masks.bboxes)[order]
+
+    def _masks_of(self, low_res: np.ndarray, order: np.ndarray) -> tuple[list, np.ndarray]:
+        """The candidates' masks made from their logits, in `order`: the best now (it is shown),
+        the others when first used; their boxes now, without making the masks."""
+        size, cut = self.client.image_size, INTERACTIVE_CUT
+        ranked = low_res[order]
+        best = threshold_masks(ranked[:1], size, cut).mask(0)
+        framed = [FrameMask(best, self.letterbox)]
+        framed += [
+            FrameMask(None, self.letterbox, make=CandidateLogits(logits, size).mask)
+            for logits in ranked[1:]
+        ]
+        return framed, threshold_boxes(ranked, size, cut)
+
+    def _frame(self, masks: list, boxes: np.ndarray, iou: np.ndarray) -> pd.DataFrame:
+        boxes = self.letterbox.boxes_to_image(np.asarray(boxes, np.float32))
         return pd.DataFrame(
             {
-                "mask": [FrameMask(masks.mask(i), self.letterbox) for i in order],
-                "iou": iou[order],
+                "mask": masks,
+                "iou": iou,
                 "box": list(boxes.astype(np.float32)),
                 "prompt_kind": "interactive",
             }
@@ -252,6 +285,17 @@ class InteractiveSession:
                 "prompt_kind": "everything",
             }
         )
+
+
+@dataclass(frozen=True)
+class CandidateLogits:
+    """One candidate's low-res logits [m, m]; `mask()` makes its full-size model-space mask."""
+
+    logits: np.ndarray = field(repr=False)
+    size: int
+
+    def mask(self):
+        return threshold_masks(self.logits[None], self.size, INTERACTIVE_CUT).mask(0)
 
 
 def _area_resize(image: np.ndarray, size: int) -> np.ndarray:

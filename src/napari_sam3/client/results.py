@@ -14,13 +14,26 @@ RESULT_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind"]
 
 
 class FrameMask(LazyMask):
-    """A mask of the original image, kept as model-space RLE and made dense on access."""
+    """A mask of the original image, kept as model-space RLE and made dense on access.
 
-    __slots__ = ("letterbox", "rle")
+    `make` instead of `rle`: a callable that makes the model-space mask when it is first used
+    (an interactive prompt's other candidates, which the analyst may never look at)."""
 
-    def __init__(self, rle: RleMask, letterbox: Letterbox) -> None:
-        self.rle = rle
+    __slots__ = ("_make", "_rle", "letterbox")
+
+    def __init__(self, rle: RleMask | None, letterbox: Letterbox, make=None) -> None:
+        if (rle is None) == (make is None):
+            raise ValueError("a FrameMask needs its model-space mask or a way to make it")
+        self._rle = rle
+        self._make = make
         self.letterbox = letterbox
+
+    @property
+    def rle(self) -> RleMask:
+        if self._rle is None:
+            self._rle = self._make()
+            self._make = None
+        return self._rle
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -37,7 +50,8 @@ class FrameMask(LazyMask):
         return self.letterbox.mask_to_image(np.asarray(self.rle.to_dense(), dtype=bool))
 
     def __repr__(self) -> str:
-        return f"FrameMask(shape={self.shape}, model_area={int(self.rle.area)})"
+        area = "not made yet" if self._rle is None else int(self._rle.area)
+        return f"FrameMask(shape={self.shape}, model_area={area})"
 
 
 def empty_result(extra: dict | None = None) -> pd.DataFrame:

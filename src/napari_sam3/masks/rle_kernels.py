@@ -217,6 +217,95 @@ def _threshold_bits(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_
     return out, box, area, k, last_on
 
 
+@_jit
+def _above(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b, y, x):
+    """Pixel (y, x) of the upsampled mask, with `_threshold_bits`'s arithmetic (rows first)."""
+    a, b = row_a[y], row_b[y]
+    left = low[row_lo[y], col_lo[x]] * a + low[row_hi[y], col_lo[x]] * b
+    right = low[row_lo[y], col_hi[x]] * a + low[row_hi[y], col_hi[x]] * b
+    return left * col_a[x] + right * col_b[x] > cut
+
+
+@_jit
+def _threshold_box(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b, size):
+    """The box ``(x1, y1, x2, y2)`` of the mask `_threshold_bits` makes of `low` (zeros if
+    empty), without making it: in the same window, rows are evaluated from its top and bottom
+    and columns from its sides until one holds a pixel above `cut`. A mask of any extent
+    stops at its first rows and columns; a sparse one costs at most its window twice."""
+    h, w = low.shape
+    box = np.zeros(4, dtype=np.int64)
+    rmin, rmax, cmin, cmax = h, -1, w, -1
+    for i in range(h):
+        for j in range(w):
+            if low[i, j] > cut:
+                rmin = min(rmin, i)
+                rmax = i
+                cmin = min(cmin, j)
+                cmax = max(cmax, j)
+    if rmax < 0:
+        return box
+    r0, r1 = size, -1
+    for y in range(size):
+        if row_hi[y] >= rmin and row_lo[y] <= rmax:
+            r0 = min(r0, y)
+            r1 = y
+    c0, c1 = size, -1
+    for x in range(size):
+        if col_hi[x] >= cmin and col_lo[x] <= cmax:
+            c0 = min(c0, x)
+            c1 = x
+    weights = (row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b)
+    y0 = -1
+    for y in range(r0, r1 + 1):
+        for x in range(c0, c1 + 1):
+            if _above(low, cut, *weights, y, x):
+                y0 = y
+                break
+        if y0 >= 0:
+            break
+    if y0 < 0:
+        return box
+    y1 = y0
+    for y in range(r1, y0, -1):
+        for x in range(c0, c1 + 1):
+            if _above(low, cut, *weights, y, x):
+                y1 = y
+                break
+        if y1 > y0:
+            break
+    x0 = -1
+    for x in range(c0, c1 + 1):
+        for y in range(y0, y1 + 1):
+            if _above(low, cut, *weights, y, x):
+                x0 = x
+                break
+        if x0 >= 0:
+            break
+    x1 = x0
+    for x in range(c1, x0, -1):
+        for y in range(y0, y1 + 1):
+            if _above(low, cut, *weights, y, x):
+                x1 = x
+                break
+        if x1 > x0:
+            break
+    box[0], box[1], box[2], box[3] = x0, y0, x1 + 1, y1 + 1
+    return box
+
+
+def threshold_boxes(logits, cut, rows: tuple, cols: tuple, size: int) -> np.ndarray:
+    """int64 [N, 4] boxes of the masks `threshold_bits` makes of the [N, h, w] logits (or a
+    list of [h, w]), found without making the masks (see `_threshold_box`)."""
+    cut = np.float32(cut)
+    rows = _weights(rows)
+    cols = _weights(cols)
+    boxes = [
+        _threshold_box(np.ascontiguousarray(low, dtype=np.float32), cut, *rows, *cols, size)
+        for low in logits
+    ]
+    return np.array(boxes, dtype=np.int64).reshape(len(boxes), 4)
+
+
 def threshold_bits(logits, cut, rows: tuple, cols: tuple, size: int) -> tuple:
     """Each of the [N, h, w] float32 low-res logits (or a list of [h, w]) upsampled bilinearly
     to ``size`` x ``size`` and thresholded at ``cut``, as ``(packed, k, last_on)``: the masks

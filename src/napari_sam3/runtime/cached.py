@@ -316,13 +316,15 @@ class Logic:
             "held": None if key is None else self.features.holds(key),
         }
 
-    def run(self, inputs: dict, call) -> dict:
+    def run(self, inputs: dict, call, outputs=None) -> dict:
+        """One request; `outputs`, the names asked for (None: all), may spare work: a click's
+        masks are made only when asked for (an embedded client makes them itself, lazily)."""
         validate.model_inputs(inputs, self.manifest)  # the client's rules, before any work
-        out = self._run(inputs, call)
+        out = self._run(inputs, call, outputs)
         out[contract.CACHE_MODEL_ID] = _text(self.model_id)  # with every answer, a miss too
         return out
 
-    def _run(self, inputs: dict, call) -> dict:
+    def _run(self, inputs: dict, call, outputs=None) -> dict:
         op = _string(inputs, contract.CACHE_OP)
         if op not in OPS:
             raise ValueError(f"{contract.CACHE_OP} must be one of {', '.join(OPS)}, got {op!r}")
@@ -343,7 +345,8 @@ class Logic:
         elif op == "concept":
             out.update(self._concept(features, inputs, call))
         else:
-            out.update(self._interactive(features, inputs, call))
+            masks = outputs is None or contract.MASKS_RLE in outputs
+            out.update(self._interactive(features, inputs, call, masks))
         return out
 
     # -- grounding -----------------------------------------------------------------------------
@@ -437,11 +440,11 @@ class Logic:
         }
 
     # -- interactive ---------------------------------------------------------------------------
-    def _interactive(self, vision: dict, inputs: dict, call) -> dict:
+    def _interactive(self, vision: dict, inputs: dict, call, masks: bool = True) -> dict:
         features = {name: vision[name] for name in contract.PVS_FEATURES}
         out = {}
         if contract.PVS_POINT_COORDS in inputs:
-            out.update(decode_click(features, inputs, call, self.image_size))
+            out.update(decode_click(features, inputs, call, self.image_size, masks))
         if contract.PVS_GRID_COORDS in inputs:
             out.update(decode_grid(features, inputs, call, self.grid_batch))
         if not out:
@@ -453,19 +456,23 @@ class Logic:
         self.heads.clear()
 
 
-def decode_click(features: dict, inputs: dict, call, image_size: int) -> dict:
-    """One interactive prompt (points, box, mask input) on held features: 3 candidates."""
+def decode_click(features: dict, inputs: dict, call, image_size: int, masks: bool = True) -> dict:
+    """One interactive prompt (points, box, mask input) on held features: 3 candidates, their
+    full-size masks too unless `masks` is False (low-res logits and IoUs only)."""
     missing = [n for n in contract.PVS_PROMPTS if n not in inputs]
     if missing:
         raise ValueError(f"a prompt needs {', '.join(missing)}")
     prompt = {n: inputs[n] for n in contract.PVS_PROMPTS}
     result = call(contract.PVS_DECODER, {**features, **prompt}, contract.PVS_DECODER_OUTPUTS)
     low_res = np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)
-    return {
+    out = {
         contract.PVS_IOU: np.asarray(result[contract.PVS_DECODER_IOU], np.float32),
         contract.PVS_LOW_RES: low_res,
-        contract.MASKS_RLE: rle.RlePayload(post.threshold_masks(low_res[0], image_size, 0.0)),
     }
+    if masks:
+        cut = post.INTERACTIVE_CUT
+        out[contract.MASKS_RLE] = rle.RlePayload(post.threshold_masks(low_res[0], image_size, cut))
+    return out
 
 
 def decode_grid(features: dict, inputs: dict, call, grid_batch: int) -> dict:

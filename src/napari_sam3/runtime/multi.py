@@ -36,7 +36,7 @@ class Logic:
             else None
         )
 
-    def run(self, inputs: dict, call) -> dict:
+    def run(self, inputs: dict, call, outputs=None) -> dict:
         validate.model_inputs(inputs, self.manifest)  # the client's rules, before any work
         tokens = np.asarray(inputs[contract.TOKEN_IDS], np.int64)
         if tokens.ndim != 2 or len(tokens) == 0:

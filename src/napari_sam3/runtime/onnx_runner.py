@@ -554,7 +554,7 @@ class Logic:
         self.inputs = list(self.runner.input_names)
         self.output_names = list(self.runner.output_names)
 
-    def run(self, inputs: dict, call=None) -> dict:
+    def run(self, inputs: dict, call=None, outputs=None) -> dict:
         missing = sorted(set(self.inputs) - set(inputs))
         if missing:
             raise ValueError(f"missing inputs: {', '.join(missing)}")

@@ -21,6 +21,8 @@ else:  # the copies beside the Triton model, where siblings are plain modules
 DEFAULT_SCORE_THR = 0.5
 DEFAULT_MASK_THR = 0.5
 DEFAULT_MAX_DET = 100
+# An interactive prompt's masks are its logits above 0 (SAM's predictor's mask_threshold).
+INTERACTIVE_CUT = 0.0
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -126,6 +128,25 @@ def threshold_masks(
     return RleMasks._from_bits(packed, k, last_on, (size, size))
 
 
+def threshold_boxes(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
+    """`threshold_masks(logits, size, cut).bboxes` (int64 [N, 4]), without making the masks
+    where the compiled kernels run: a mask is made only when it is looked at."""
+    logits = np.asarray(logits, dtype=np.float32)
+    if logits.ndim != 3:
+        raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
+    if not rle_kernels.ENABLED:
+        return np.asarray(threshold_masks(logits, size, cut).bboxes, dtype=np.int64)
+    _, h, w = logits.shape
+    rows, cols = axis_weights(h, size), axis_weights(w, size)
+    return rle_kernels.threshold_boxes(
+        logits,
+        cut,
+        (*rows[:2], 1.0 - rows[2], rows[2]),
+        (*cols[:2], 1.0 - cols[2], cols[2]),
+        size,
+    )
+
+
 def encode_thresholded(logits: np.ndarray, size: int, cut: float) -> bytes:
     """The RLE payload of `upsample_threshold(logits, size, cut)` (see `threshold_masks`)."""
     return threshold_masks(logits, size, cut).to_bytes()
@@ -184,7 +205,7 @@ class Logic:
     def __init__(self, model_dir: str, parameters: dict) -> None:
         self.image_size = int(parameters["image_size"])
 
-    def run(self, inputs: dict, call=None) -> dict:
+    def run(self, inputs: dict, call=None, outputs=None) -> dict:
         scores, boxes, masks = postprocess_masks(
             inputs["pred_logits"],
             inputs["pred_boxes"],

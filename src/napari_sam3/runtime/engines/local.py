@@ -136,7 +136,7 @@ class LocalEngine:
         if config.is_ensemble:
             outputs = self._run_ensemble(config, inputs)
         else:
-            outputs = self._runner(config).run(inputs, self._call)
+            outputs = self._runner(config).run(inputs, self._call, output_names)
             with self._lock:
                 self.executions[model_name] += 1
         wanted = list(output_names) if output_names else [o.name for o in config.outputs]
