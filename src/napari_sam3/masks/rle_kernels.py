@@ -123,13 +123,10 @@ def _high_bit(v):
 
 
 @_jit
-def _threshold_bits(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b, size):
-    """One mask's ``bilinear(low) > cut``, evaluated only inside the window the numpy reference
-    (``postprocess.threshold_crops``) evaluates, packed as :class:`PackedMasks` packs a mask
-    (its rows within its box, 64 pixels a word on the frame's grid of 64 columns):
-    ``(bits, box, area, intervals, last pixel set)``."""
+def _window(low, cut, row_lo, row_hi, col_lo, col_hi, size):
+    """``(r0, r1, c0, c1)``: the output rows and columns (ends included) whose bilinear sources
+    touch a low-res pixel above `cut`, where the mask can be (r1 is -1 if none is)."""
     h, w = low.shape
-    box = np.zeros(4, dtype=np.int64)
     rmin, rmax, cmin, cmax = h, -1, w, -1
     for i in range(h):
         for j in range(w):
@@ -138,10 +135,9 @@ def _threshold_bits(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_
                 rmax = i
                 cmin = min(cmin, j)
                 cmax = max(cmax, j)
-    if rmax < 0:
-        return np.zeros(0, dtype=np.uint64), box, 0, 0, False
-    # output rows / columns whose bilinear sources touch the low-res pixels above the cut
     r0, r1 = size, -1
+    if rmax < 0:
+        return r0, r1, size, -1
     for y in range(size):
         if row_hi[y] >= rmin and row_lo[y] <= rmax:
             r0 = min(r0, y)
@@ -151,6 +147,19 @@ def _threshold_bits(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_
         if col_hi[x] >= cmin and col_lo[x] <= cmax:
             c0 = min(c0, x)
             c1 = x
+    return r0, r1, c0, c1
+
+
+@_jit
+def _threshold_bits(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b, size):
+    """One mask's ``bilinear(low) > cut``, evaluated only inside the window the numpy reference
+    (``postprocess.threshold_crops``) evaluates, packed as :class:`PackedMasks` packs a mask
+    (its rows within its box, 64 pixels a word on the frame's grid of 64 columns):
+    ``(bits, box, area, intervals, last pixel set)``."""
+    box = np.zeros(4, dtype=np.int64)
+    r0, r1, c0, c1 = _window(low, cut, row_lo, row_hi, col_lo, col_hi, size)
+    if r1 < 0:
+        return np.zeros(0, dtype=np.uint64), box, 0, 0, False
     w0, w1 = col_lo[c0], col_hi[c1] + 1
     # unsigned: no negative-index wrap-around in the column loop (1.25x faster)
     lo = (col_lo[c0 : c1 + 1] - w0).astype(np.uint32)
@@ -227,68 +236,34 @@ def _above(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b,
 
 
 @_jit
+def _first_line(low, cut, weights, rows, first, stop, step, inner0, inner1):
+    """The first of the lines ``range(first, stop, step)`` (rows if `rows`, else columns) with
+    a pixel above `cut` between ``inner0`` and ``inner1`` (ends included); -1 if none has."""
+    for line in range(first, stop, step):
+        for other in range(inner0, inner1 + 1):
+            y, x = (line, other) if rows else (other, line)
+            if _above(low, cut, *weights, y, x):
+                return line
+    return -1
+
+
+@_jit
 def _threshold_box(low, cut, row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b, size):
     """The box ``(x1, y1, x2, y2)`` of the mask `_threshold_bits` makes of `low` (zeros if
     empty), without making it: in the same window, rows are evaluated from its top and bottom
     and columns from its sides until one holds a pixel above `cut`. A mask of any extent
     stops at its first rows and columns; a sparse one costs at most its window twice."""
-    h, w = low.shape
     box = np.zeros(4, dtype=np.int64)
-    rmin, rmax, cmin, cmax = h, -1, w, -1
-    for i in range(h):
-        for j in range(w):
-            if low[i, j] > cut:
-                rmin = min(rmin, i)
-                rmax = i
-                cmin = min(cmin, j)
-                cmax = max(cmax, j)
-    if rmax < 0:
+    r0, r1, c0, c1 = _window(low, cut, row_lo, row_hi, col_lo, col_hi, size)
+    if r1 < 0:
         return box
-    r0, r1 = size, -1
-    for y in range(size):
-        if row_hi[y] >= rmin and row_lo[y] <= rmax:
-            r0 = min(r0, y)
-            r1 = y
-    c0, c1 = size, -1
-    for x in range(size):
-        if col_hi[x] >= cmin and col_lo[x] <= cmax:
-            c0 = min(c0, x)
-            c1 = x
     weights = (row_lo, row_hi, row_a, row_b, col_lo, col_hi, col_a, col_b)
-    y0 = -1
-    for y in range(r0, r1 + 1):
-        for x in range(c0, c1 + 1):
-            if _above(low, cut, *weights, y, x):
-                y0 = y
-                break
-        if y0 >= 0:
-            break
+    y0 = _first_line(low, cut, weights, True, r0, r1 + 1, 1, c0, c1)
     if y0 < 0:
         return box
-    y1 = y0
-    for y in range(r1, y0, -1):
-        for x in range(c0, c1 + 1):
-            if _above(low, cut, *weights, y, x):
-                y1 = y
-                break
-        if y1 > y0:
-            break
-    x0 = -1
-    for x in range(c0, c1 + 1):
-        for y in range(y0, y1 + 1):
-            if _above(low, cut, *weights, y, x):
-                x0 = x
-                break
-        if x0 >= 0:
-            break
-    x1 = x0
-    for x in range(c1, x0, -1):
-        for y in range(y0, y1 + 1):
-            if _above(low, cut, *weights, y, x):
-                x1 = x
-                break
-        if x1 > x0:
-            break
+    y1 = _first_line(low, cut, weights, True, r1, y0 - 1, -1, c0, c1)  # y0 at the latest
+    x0 = _first_line(low, cut, weights, False, c0, c1 + 1, 1, y0, y1)
+    x1 = _first_line(low, cut, weights, False, c1, x0 - 1, -1, y0, y1)
     box[0], box[1], box[2], box[3] = x0, y0, x1 + 1, y1 + 1
     return box
 
