@@ -101,8 +101,9 @@ def _masked_keys(
 # MatMul-Softmax-MatMul (and the exported scaled_dot_product_attention) into its attention
 # kernels, which on these shapes (25 tokens, 16 channels a head, 5184 image positions) ran
 # slower than the products alone, and a softmax along 25-long rows slower than down 25-long
-# columns of the image's positions. Both layouts below measured together, OpenVINO bf16, full
-# size, 2 threads: the graph at 0.89x (docs/benchmarks.md).
+# columns of the image's positions. With the first layer's projections channels first, a
+# click's graph at full size, OpenVINO bf16, paired: 0.87x on one thread, 0.92x on two (fp32
+# 0.99x; docs/benchmarks.md).
 def _image_to_tokens(
     attn: nn.Module, queries_t: Tensor, k: Tensor, v: Tensor, valid: Tensor
 ) -> Tensor:
