@@ -403,8 +403,8 @@ class PvsImageSide(nn.Module):
     unified encoder graph ends with this): the neck's three levels channels-last, and the first
     two-way layer's projections of the image, which no prompt changes but a mask input (the
     decoder adds a mask's share itself, see `PvsDecoder._dense`): the token-to-image keys and
-    values and the image-to-token queries, [1, heads, d, hw] each (channels first), made with SAM's "no mask"
-    embedding. Three [hw, C] x [C, C/2] products a click fewer and no input reorder; with both,
+    values and the image-to-token queries, [1, heads, d, hw] each (each head's channels first),
+    made with SAM's "no mask" embedding. Three [hw, C] x [C, C/2] products a click fewer and no input reorder; with both,
     a click's graph takes 0.87x (bf16) and 0.82x (fp32) of its time (full size, 2 threads,
     OpenVINO, paired runs; docs/benchmarks.md).
 
