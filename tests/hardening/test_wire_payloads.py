@@ -135,7 +135,7 @@ def test_multi_refuses_counts_beyond_the_request(forged_client):
         client.multi(image, ["building", "road"], score_thr=0.0, max_det=2)
 
 
-def test_interactive_refuses_a_mask_of_another_size(forged_client):
+def test_interactive_refuses_a_mask_of_another_size(forged_client, monkeypatch):
     def wrong(model, out):
         if contract.MASKS_RLE in out:
             out[contract.MASKS_RLE] = np.frombuffer(
@@ -144,6 +144,9 @@ def test_interactive_refuses_a_mask_of_another_size(forged_client):
         return out
 
     client = forged_client(wrong)
+    # the forged answers stand for a server's: a session asks a server for the masks it makes
+    # (in process it makes them itself from the logits)
+    monkeypatch.setattr(client._features, "remote", True)
     session = client.interactive(np.zeros((64, 64, 3), np.uint8))
     s = client.image_size
     with pytest.raises(ValueError, match=f"claims masks of 8x8.*{s}x{s}"):
