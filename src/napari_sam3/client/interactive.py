@@ -219,15 +219,11 @@ class InteractiveSession:
     def _masks_of(self, low_res: np.ndarray, order: np.ndarray) -> tuple[list, np.ndarray]:
         """The candidates' masks made from their logits, in `order`: the best now (it is shown),
         the others when first used; their boxes now, without making the masks."""
-        size, cut = self.client.image_size, INTERACTIVE_CUT
-        ranked = low_res[order]
-        best = threshold_masks(ranked[:1], size, cut).mask(0)
-        framed = [FrameMask(best, self.letterbox)]
-        framed += [
-            FrameMask(None, self.letterbox, make=CandidateLogits(logits, size).mask)
-            for logits in ranked[1:]
-        ]
-        return framed, threshold_boxes(ranked, size, cut)
+        size = self.client.image_size
+        ranked = [CandidateLogits(logits, size) for logits in low_res[order]]
+        framed = [FrameMask(ranked[0].mask(), self.letterbox)]
+        framed += [FrameMask(None, self.letterbox, make=c.mask) for c in ranked[1:]]
+        return framed, threshold_boxes(low_res[order], size, INTERACTIVE_CUT)
 
     def _frame(self, masks: list, boxes: np.ndarray, iou: np.ndarray) -> pd.DataFrame:
         boxes = self.letterbox.boxes_to_image(np.asarray(boxes, np.float32))
