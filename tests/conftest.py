@@ -21,7 +21,18 @@ atexit.register(shutil.rmtree, os.environ["NUMBA_CACHE_DIR"], ignore_errors=True
 if "numba" in sys.modules:
     sys.modules["numba"].config.reload_config()
 
+# Hypothesis keeps no example database, and its other files (the charmap, the constants it
+# collects from our code) go to a temporary folder instead of .hypothesis/ in the working tree.
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="sam3-hypothesis-")
+atexit.register(shutil.rmtree, os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], ignore_errors=True)
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+hypothesis_settings.register_profile("napari-sam3", database=None)
+hypothesis_settings.load_profile("napari-sam3")
+
 from napari_sam3.plugin.sample_data import sentinel2_sample_bands  # noqa: E402
+
+from ._required import check_needs, mark_needs, require  # noqa: E402
 
 try:
     # torch (and the `triton` kernel language that `import sam3` pulls in) must load before any
@@ -30,6 +41,66 @@ try:
     import sam3_export.model  # noqa: F401
 except ImportError:  # the export tool is optional for the client-only tests
     pass
+
+
+# -- what a test needs: missing means failed (tests/_required.py) ----------------------------
+def pytest_collection_modifyitems(items):
+    for item in items:
+        mark_needs(item)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    check_needs(item)
+
+
+# -- the tests leave the working tree as they found it ---------------------------------------
+REPOSITORY = Path(__file__).resolve().parents[1]
+TREE_AT_START = pytest.StashKey[set[str] | None]()
+TREE_CHANGES = pytest.StashKey[list[str]]()
+
+
+def _tree_status() -> set[str] | None:
+    """`git status` lines (untracked files one by one, ignored ones left out); None without git."""
+    try:
+        done = subprocess.run(
+            ["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=all"],
+            cwd=REPOSITORY,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(done.stdout.splitlines()) if done.returncode == 0 else None
+
+
+def pytest_sessionstart(session):
+    session.config.stash[TREE_AT_START] = _tree_status()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = session.config.stash.get(TREE_AT_START, None)
+    if before is None or exitstatus == pytest.ExitCode.INTERRUPTED:
+        return
+    after = _tree_status()
+    changed = sorted((after or set()) - before)
+    if changed:
+        session.config.stash[TREE_CHANGES] = changed
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    changed = config.stash.get(TREE_CHANGES, None)
+    if changed:
+        terminalreporter.section("the working tree changed during the run", red=True)
+        terminalreporter.line(
+            "Tests write only to temporary folders, but these `git status` entries are new since "
+            "the session started (a test wrote them, or someone edited the tree meanwhile):",
+            red=True,
+        )
+        for line in changed:
+            terminalreporter.line(f"    {line}", red=True)
 
 
 @pytest.fixture(scope="session")
@@ -58,9 +129,7 @@ def s2_rgb_raster(s2_rgb_paths: list[Path]):
 def tiny_repository(tmp_path_factory) -> Path:
     """The tiny random-weight model exported by our own tool, as the `--flavor python --device cpu`
     repository that both the embedded engine and the CPU Triton server run."""
-    pytest.importorskip(
-        "sam3_export", reason="the export tool (napari-sam3-export) is not installed"
-    )
+    require("sam3_export")
     from sam3_export.pipeline import export_all
     from sam3_export.triton_repo import write_repository
 
@@ -162,31 +231,85 @@ def sam3_serve():
         serve.stop()
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+def _tls_name(common_name: str):
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _write_key_and_certificate(folder: Path, stem: str, subject: str, issuer=None, extensions=()):
+    """`stem.key` (a new RSA key) and `stem.pem`, signed by `issuer` ((name, key)) or by itself;
+    valid from a minute ago for two days."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    issuer_name, issuer_key = issuer or (_tls_name(subject), key)
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_tls_name(subject))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), False
+        )
+    )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical)
+    certificate = builder.sign(issuer_key, hashes.SHA256())
+    (folder / f"{stem}.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    (folder / f"{stem}.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return certificate.subject, key
 
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory) -> Path:
     """A test CA; a server certificate for localhost / 127.0.0.1 / ::1 and a client certificate
-    signed by it; and a second CA that signed nothing here."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make test certificates")
+    signed by it; and a second CA that signed nothing here. Each as NAME.pem and NAME.key."""
+    import ipaddress
+
+    require("cryptography")
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
     d = tmp_path_factory.mktemp("certs")
-    for ca in ("ca", "other_ca"):
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
-                 "-out", f"{ca}.pem", "-days", "2", "-subj", f"/CN=sam3 test {ca}",
-                 cwd=d)  # fmt: skip
-    (d / "server.ext").write_text(
-        "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\nextendedKeyUsage=serverAuth\n"
+    ca_usage = x509.KeyUsage(
+        digital_signature=False, content_commitment=False, key_encipherment=False,
+        data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+        encipher_only=False, decipher_only=False,
+    )  # fmt: skip
+    ca_extensions = [(x509.BasicConstraints(ca=True, path_length=None), True), (ca_usage, True)]
+    ca = _write_key_and_certificate(d, "ca", "sam3 test ca", extensions=ca_extensions)
+    _write_key_and_certificate(d, "other_ca", "sam3 test other_ca", extensions=ca_extensions)
+    leaf = (x509.BasicConstraints(ca=False, path_length=None), True)
+    server_names = x509.SubjectAlternativeName(
+        [
+            x509.DNSName("localhost"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("::1")),
+        ]
     )
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for who in ("server", "client"):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out",
-                 f"{who}.csr", "-subj", f"/CN={who}", cwd=d)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{who}.pem", "-days", "2", "-extfile",
-                 f"{who}.ext", cwd=d)  # fmt: skip
+    server_usage = x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])
+    _write_key_and_certificate(
+        d, "server", "server", ca, [leaf, (server_names, False), (server_usage, False)]
+    )
+    client_usage = x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])
+    _write_key_and_certificate(d, "client", "client", ca, [leaf, (client_usage, False)])
     return d
 
 

@@ -8,7 +8,6 @@ Every cached answer is compared with an uncached one: the same prompt right afte
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import threading
@@ -21,10 +20,9 @@ from napari_sam3.core import contract
 from napari_sam3.prompts.tokenizer import tokenize
 from napari_sam3.runtime.cached import image_bytes, image_key
 
-HAS_TRITON = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
 ENGINES = [
     "embedded",
-    pytest.param("triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="no tritonserver")),
+    pytest.param("triton", marks=pytest.mark.needs_tritonserver),
 ]
 POSITIVE, NEGATIVE = [40, 30, 140, 120], [200, 150, 280, 230]
 
@@ -257,7 +255,7 @@ def test_an_unknown_or_stale_id_is_resent_transparently(client, s2_crop):
         )
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="no tritonserver")
+@pytest.mark.needs_tritonserver
 def test_two_clients_two_images_from_threads_never_mix(triton_server, s2_crop):
     images = _images(s2_crop)
     clients = [Sam3Client(triton_server.grpc_address) for _ in range(2)]
@@ -326,7 +324,7 @@ def test_the_same_new_image_from_two_threads_is_encoded_once(tiny_repository, s2
             _same(got, expected)
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="no tritonserver")
+@pytest.mark.needs_tritonserver
 def test_a_server_whose_bound_holds_no_image_fails_at_start(tiny_repository, tmp_path):
     from napari_sam3.serving.server import ServeError, TritonServer
 

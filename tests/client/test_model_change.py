@@ -9,7 +9,6 @@ model failed with "image_id ... is not the key of the pixels" (and stayed broken
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import time
@@ -23,8 +22,9 @@ from napari_sam3 import ModelChanged, Sam3Client
 from napari_sam3.core import contract
 from napari_sam3.serving.server import TritonServer
 
-HAS_TRITON = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
-needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="no tritonserver")
+from .._required import require, require_tritonserver
+
+needs_triton = pytest.mark.needs_tritonserver
 BUILDING = {"score_thr": 0.0, "dedup": None}
 POSITIVE = [40, 30, 140, 120]
 
@@ -32,9 +32,7 @@ POSITIVE = [40, 30, 140, 120]
 @pytest.fixture(scope="module")
 def other_repository(tmp_path_factory):
     """The tiny model with another seed (another model_id), exported by our own tool."""
-    pytest.importorskip(
-        "sam3_export", reason="the export tool (napari-sam3-export) is not installed"
-    )
+    require("sam3_export")
     from sam3_export.pipeline import export_all
     from sam3_export.triton_repo import write_repository
 
@@ -87,8 +85,7 @@ class Restartable:
 
 @pytest.fixture(scope="module")
 def server(tiny_repository, tmp_path_factory):
-    if not HAS_TRITON:
-        pytest.skip("no tritonserver")
+    require_tritonserver()
     box = Restartable(tiny_repository, tmp_path_factory.mktemp("restarted"))
     yield box
     box.server.stop()

@@ -10,7 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("sam3_export", reason="the export tool (napari-sam3-export) is not installed")
+from .._required import require_export
+
+# Every test here runs the export tool: without it the collection fails, naming what is missing.
+require_export()
 
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
@@ -18,6 +21,14 @@ import torch  # noqa: E402
 from napari_sam3.core import contract  # noqa: E402
 
 SEED = 0
+
+
+def pytest_collection_modifyitems(items):
+    """Every test in this folder needs the export tool: marked `needs_export`."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.needs_export)
 
 
 class OrtRepo:

@@ -23,8 +23,6 @@ from .test_pvs_decoder import (
     random_levels,
 )
 
-pytest.importorskip("sam3_export", reason="the export tool (napari-sam3-export) is not installed")
-
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):

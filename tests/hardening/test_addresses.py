@@ -8,8 +8,6 @@ Where `localhost` has one address (this machine), the refusing one is given in a
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import time
 
 import numpy as np
@@ -23,8 +21,7 @@ from napari_sam3.runtime.engines import triton as triton_engine
 from napari_sam3.runtime.engines.triton import TritonEngine, grpc_target
 from napari_sam3.serving.ports import free_port
 
-HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
-needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
+needs_server = pytest.mark.needs_tritonserver
 
 
 def test_targets():

@@ -18,7 +18,9 @@ from napari_sam3.core import contract, validate
 from napari_sam3.core.errors import InvalidInput
 from napari_sam3.prompts.tokenizer import tokenize
 
-grpcclient = pytest.importorskip("tritonclient.grpc")
+from .._required import require
+
+grpcclient = require("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 DTYPES = {

@@ -7,9 +7,7 @@ nothing took 31 s to fail.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,8 +21,7 @@ from napari_sam3 import Sam3Client
 from napari_sam3.runtime.engines.triton import RequestTimeout
 from napari_sam3.serving.ports import free_port
 
-HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
-needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
+needs_server = pytest.mark.needs_tritonserver
 
 SLEEPY = "test_sleepy"  # the Python model the conftest adds to the repository
 

@@ -5,8 +5,6 @@ On the code before: the client had no TLS option (gRPC was plaintext only).
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import subprocess
 import sys
 
@@ -18,8 +16,7 @@ from napari_sam3.plugin.settings import ConnectionSettings
 from napari_sam3.plugin.widgets.connection import connect
 from napari_sam3.serving.ports import free_port
 
-HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
-needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
+needs_server = pytest.mark.needs_tritonserver
 
 pytestmark = needs_server
 
@@ -41,7 +38,7 @@ def test_segment_over_mutual_tls_equals_the_embedded_engine(tls_server, certs, l
     np.testing.assert_allclose(served["score"].values, here["score"].values, atol=1e-4)
 
 
-def test_wrong_trust_or_plaintext_gets_a_clear_error(tls_server, certs):
+def test_wrong_trust_or_plaintext_gets_a_clear_error(tls_server, certs, tmp_path):
     cases = [
         ({}, "is the server serving TLS"),
         ({"tls": True, "root_certificates": certs / "other_ca.pem"}, "this client uses TLS"),
@@ -55,8 +52,9 @@ def test_wrong_trust_or_plaintext_gets_a_clear_error(tls_server, certs):
         Sam3Client(tls_server, root_certificates=certs / "ca.pem")
     with pytest.raises(FileNotFoundError, match="root_certificates: no file"):
         Sam3Client(tls_server, tls=True, root_certificates=certs / "missing.pem")
+    (tmp_path / "ca.txt").write_text("subjectAltName=DNS:localhost\n")
     with pytest.raises(ValueError, match="not a PEM file"):
-        Sam3Client(tls_server, tls=True, root_certificates=certs / "server.ext")
+        Sam3Client(tls_server, tls=True, root_certificates=tmp_path / "ca.txt")
     with pytest.raises(ValueError, match="together"):
         Sam3Client(tls_server, tls=True, private_key=certs / "client.key")
 

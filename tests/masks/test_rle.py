@@ -27,6 +27,8 @@ from napari_sam3.masks import (
     paint_labels,
 )
 
+from .._required import require
+
 # ----------------------------------------------------------------------------- references
 
 
@@ -341,7 +343,7 @@ def test_pickled_mask_carries_only_its_runs() -> None:
 
 
 def test_pandas_column_of_masks() -> None:
-    pd = pytest.importorskip("pandas")
+    pd = require("pandas")
     masks = _some_masks(seed=2, n=8)
     batch = decode_masks(encode_masks(masks))
     frame = pd.DataFrame({"mask": batch.as_list(), "area": batch.areas})

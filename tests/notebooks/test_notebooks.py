@@ -19,17 +19,17 @@ model's opened-up thresholds, columns, files that read back with their CRS) and 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from .._required import require, require_display
+
+nbformat = require("nbformat")
+nbclient = require("nbclient")
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -53,6 +53,8 @@ def _params():
     params = []
     for path in NOTEBOOKS:
         marks = [pytest.mark.napari] if _uses(path, "napari") else []
+        if _uses(path, "napari_sam3.serving"):  # starts a tritonserver
+            marks.append(pytest.mark.needs_tritonserver)
         params.append(pytest.param(path, id=path.stem, marks=marks))
     return params
 
@@ -114,12 +116,8 @@ def test_notebook_asserts_on_its_outputs(path: Path):
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 @pytest.mark.parametrize("path", _params())
 def test_notebook_runs(path: Path, notebook_models: Path, tmp_path: Path):
-    if _uses(path, "napari") and not os.environ.get("DISPLAY"):
-        pytest.skip("needs a display for napari (pytest-xvfb provides one)")
-    if _uses(path, "napari_sam3.serving.command") and not (
-        shutil.which("tritonserver") or importlib.util.find_spec("pytriton")
-    ):
-        pytest.skip("needs tritonserver (on PATH, or the CPU build in nvidia-pytriton)")
+    if _uses(path, "napari"):
+        require_display()
     nb = _read(path)
     client = nbclient.NotebookClient(
         nb,

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 import napari_sam3
 from napari_sam3.prompts.tokenizer import EOT_ID, PAD_ID, SOT_ID, VOCAB_SIZE, tokenize
 
+from .._required import require
+
 CTX = 32
 
 # --- the phrase list --------------------------------------------------------------------------
@@ -166,8 +168,7 @@ PHRASES = _build_phrases()
 
 @pytest.fixture(scope="module")
 def official():
-    pytest.importorskip("sam3")
-    tokenizer_ve = pytest.importorskip("sam3.model.tokenizer_ve")
+    tokenizer_ve = require("sam3.model.tokenizer_ve")
     vocab = resources.files("napari_sam3").joinpath("data", "bpe_simple_vocab_16e6.txt.gz")
     with resources.as_file(vocab) as path:
         tok = tokenizer_ve.SimpleTokenizer(bpe_path=str(path))
@@ -202,6 +203,7 @@ def test_phrase_list_is_large_and_varied() -> None:
     assert len(set(PHRASES)) >= 500
 
 
+@pytest.mark.needs_export
 def test_matches_official_on_phrase_list(official) -> None:
     ours = _quiet(PHRASES)
     _assert_rows_equal(ours, official(PHRASES), PHRASES)
@@ -211,11 +213,13 @@ def test_matches_official_on_phrase_list(official) -> None:
     assert (ours[:, 1] == EOT_ID).sum() >= 5
 
 
+@pytest.mark.needs_export
 def test_matches_official_one_string_at_a_time(official) -> None:
     for text in PHRASES[::25] + WHITESPACE + MARKERS:
         np.testing.assert_array_equal(_quiet(text), official(text), err_msg=repr(text))
 
 
+@pytest.mark.needs_export
 @pytest.mark.parametrize("context_length", [2, 5, 77])
 def test_matches_official_at_other_context_lengths(official, context_length: int) -> None:
     texts = PHRASES[::10]
@@ -232,6 +236,7 @@ _TEXT = st.one_of(
 )
 
 
+@pytest.mark.needs_export
 @settings(
     max_examples=300,
     deadline=None,

@@ -8,9 +8,6 @@ every answer crosses the wire, must give identical detections.
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-
 import numpy as np
 import pytest
 
@@ -19,8 +16,6 @@ from napari_sam3.client import interactive as interactive_module
 from napari_sam3.masks import rle as rle_module
 from napari_sam3.masks.rle import RleMasks, RlePayload, as_rle_masks, encode_masks
 from napari_sam3.runtime.postprocess import postprocess_masks
-
-HAS_TRITON = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
 
 
 def _session(client, image) -> dict:
@@ -76,7 +71,7 @@ def test_the_embedded_engine_never_writes_or_parses_the_wire_format(
             assert np.asarray(mask).shape == s2_crop.data.shape[1:]
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="no tritonserver")
+@pytest.mark.needs_tritonserver
 def test_in_process_and_over_the_wire_give_identical_detections(
     tiny_repository, triton_server, s2_crop
 ):

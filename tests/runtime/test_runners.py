@@ -10,9 +10,10 @@ from onnx import TensorProto, helper
 from napari_sam3.core import contract
 from napari_sam3.runtime import onnx_runner as R
 
+from .._required import require
 from .conftest import NATIVE_BF16
 
-pytest.importorskip("openvino")
+require("openvino")
 
 # OpenVINO fp32 against ONNX Runtime fp32, per output: max |difference| <= 1e-4 x max |value|
 # (measured on the tiny graphs: <= 1e-6; on the full-size ones: <= 3e-5).

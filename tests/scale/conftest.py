@@ -9,6 +9,8 @@ import pytest
 import rasterio
 from rasterio.transform import from_origin
 
+from .._required import require
+
 
 def write_geotiff(path: Path, data: np.ndarray, crs: str = "EPSG:32633", transform=None) -> Path:
     """A bands-first array as a GeoTIFF (10 m pixels unless `transform` is given)."""
@@ -28,7 +30,7 @@ def geotiff():
 def dask_cluster():
     """One running dask.distributed LocalCluster (two worker processes, one thread each) that
     tests send work to by its address, as to any scheduler (`--dask tcp://...`)."""
-    distributed = pytest.importorskip("distributed")
+    distributed = require("distributed")
     with distributed.LocalCluster(
         n_workers=2,
         threads_per_worker=1,

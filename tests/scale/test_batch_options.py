@@ -13,9 +13,7 @@ option lands in what the workers get (the ConnectionSpec or the segment_scenes k
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
-import shutil
 from pathlib import Path
 
 import geopandas as gpd
@@ -31,10 +29,10 @@ from napari_sam3.client.connection import OPTIONS, ConnectionSpec
 from napari_sam3.imagery.raster import read_raster
 from napari_sam3.prompts.concept import Concept
 
+from .._required import require_tritonserver
 from .conftest import write_geotiff
 
-HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
-needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
+needs_server = pytest.mark.needs_tritonserver
 
 PROVENANCE = ["model_id", "random_weights", "checkpoint", "postprocess"]
 POST = ["--min-area-m2", "300", "--fill-holes", "--simplify-m", "5"]
@@ -327,8 +325,7 @@ def test_each_option_reaches_the_workers(
     found = {"repository": tiny_repository, "out": tmp_path / "out"}
     model = ["--models", tiny_repository]
     if "TLS" in extra:
-        if not HAS_SERVER:
-            pytest.skip("needs tritonserver (or nvidia-pytriton)")
+        require_tritonserver()
         server = request.getfixturevalue("tls_server")
         certs = request.getfixturevalue("certs")
         found.update(server=server, certs=certs)

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .._required import require
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
@@ -15,7 +17,7 @@ def documents():
 
 
 def test_every_manifest_is_valid_kubernetes():
-    kv = pytest.importorskip("kubernetes_validate")
+    kv = require("kubernetes_validate")
     docs = documents()
     assert [d["kind"] for d in docs] == [
         "Namespace",
@@ -28,7 +30,7 @@ def test_every_manifest_is_valid_kubernetes():
 
 
 def test_a_broken_manifest_is_caught():
-    kv = pytest.importorskip("kubernetes_validate")
+    kv = require("kubernetes_validate")
     deployment = documents()[2]
     deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paht"] = (
         "/v2/health/ready"
@@ -55,7 +57,7 @@ def test_the_deployment_serves_triton_as_the_client_expects():
 
 
 def test_the_compose_file_is_valid():
-    compose_spec = pytest.importorskip("compose_spec")
+    compose_spec = require("compose_spec")
     text = (DEPLOY / "compose.yaml").read_text()
     compose = compose_spec.PyCompose.from_yaml(text)
     triton = compose.to_dict()["services"]["triton"]

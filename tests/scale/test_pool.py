@@ -15,6 +15,8 @@ from napari_sam3.scene import default_in_flight, segment_scene
 from napari_sam3.serving.ports import free_port
 from napari_sam3.serving.server import TritonServer
 
+pytestmark = pytest.mark.needs_tritonserver
+
 OPTIONS = dict(prompt="building", tile_size=256, overlap=32, score_thr=0.0)
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -16,7 +16,7 @@ from napari_sam3.core import contract
 from napari_sam3.serving.ports import free_port
 from napari_sam3.serving.repository_check import RepositoryError, check_repository
 
-HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
+from .._required import require, require_tritonserver
 
 
 def _serve(*args, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -45,7 +45,7 @@ def repo(tiny_repository, tmp_path) -> Path:
 
 def _with_external_data(repo: Path, name: str) -> Path:
     """Re-save one graph with its weights as external data, recording the size as an export does."""
-    onnx = pytest.importorskip("onnx")
+    onnx = require("onnx")
     graph = contract.graph_path(repo, name)
     model = onnx.load(str(graph))
     onnx.save_model(
@@ -145,7 +145,7 @@ def test_a_damaged_repository_is_refused_naming_the_model(repo, damage):
     assert re.search(expected, line), line
 
 
-@pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
+@pytest.mark.needs_tritonserver
 def test_a_failed_load_prints_the_model_and_tritons_reason(repo):
     # a file of the model's code missing: the repository check passes, Triton's load fails
     (repo / contract.POSTPROCESS / "1" / "rle.py").unlink()
@@ -159,11 +159,12 @@ def test_a_failed_load_prints_the_model_and_tritons_reason(repo):
     assert any("sam3_segment: not loaded (needs sam3_postprocess)" in s for s in lines), lines
 
 
-@pytest.mark.skipif(
-    shutil.which("tritonserver") is not None or not importlib.util.find_spec("pytriton"),
-    reason="about the nvidia-pytriton server, which has only the Python backend",
-)
-def test_an_onnx_flavor_repository_is_refused_by_the_python_only_server(repo):
+@pytest.mark.needs_tritonserver
+def test_an_onnx_flavor_repository_is_refused_by_the_python_only_server(repo, monkeypatch):
+    # About nvidia-pytriton's server, which has only the Python backend: hide any other on PATH.
+    require_tritonserver(bundled_only=True)
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "tritonserver").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
     config = repo / contract.TEXT / "config.pbtxt"
     config.write_text(
         config.read_text().replace('backend: "python"', 'platform: "onnxruntime_onnx"')

@@ -3,7 +3,6 @@ shared memory) goes with the wrapper, whatever ends it."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -20,8 +19,7 @@ from napari_sam3.serving.binary import STUB_NAME
 from napari_sam3.serving.ports import free_port
 from napari_sam3.serving.processes import SHM_PREFIX
 
-if shutil.which("tritonserver") is None and importlib.util.find_spec("pytriton") is None:
-    pytest.skip("no tritonserver: install nvidia-pytriton (--no-deps)", allow_module_level=True)
+pytestmark = pytest.mark.needs_tritonserver
 
 
 @pytest.fixture

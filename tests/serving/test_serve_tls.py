@@ -3,9 +3,7 @@ tritonclient and certificates made by the test; plaintext stays on loopback unle
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +17,7 @@ from napari_sam3.prompts.tokenizer import tokenize
 from napari_sam3.serving.ports import free_port
 from napari_sam3.serving.tls import plaintext_warnings
 
-HAS_SERVER = shutil.which("tritonserver") is not None or importlib.util.find_spec("pytriton")
-needs_server = pytest.mark.skipif(not HAS_SERVER, reason="needs tritonserver (or nvidia-pytriton)")
+needs_server = pytest.mark.needs_tritonserver
 
 
 def _grpc(address: str, **tls):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import signal
@@ -22,8 +21,7 @@ from napari_sam3.runtime.engines import LocalEngine
 from napari_sam3.runtime.engines.model_config import load_model_configs
 from napari_sam3.runtime.postprocess import postprocess
 
-if shutil.which("tritonserver") is None and importlib.util.find_spec("pytriton") is None:
-    pytest.skip("no tritonserver: install nvidia-pytriton (--no-deps)", allow_module_level=True)
+pytestmark = pytest.mark.needs_tritonserver
 
 
 @pytest.fixture(scope="module")
