@@ -209,3 +209,34 @@ def eager() -> Eager:
 def images(eager) -> SimpleNamespace:
     s = eager.image_size
     return SimpleNamespace(a=random_image(1, s), b=random_image(2, s))
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory) -> Path:
+    """Seed-0 random weights of the tiny model (those of `tiny_repository`), saved in the
+    official sam3.pt layout."""
+    from sam3_export.model import build_sam3, save_checkpoint
+
+    path = tmp_path_factory.mktemp("ckpt") / "sam3_tiny.pt"
+    save_checkpoint(build_sam3("tiny", seed=SEED).model, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cli_export(checkpoint, tmp_path_factory) -> SimpleNamespace:
+    """`sam3-export --checkpoint` run once as an analyst runs it (its own process, an empty
+    HOME, no CI markers), watched for network use (tests/_network_watch.py). One export serves
+    the checkpoint test and the offline test: each tiny export costs tens of seconds."""
+    import sys
+
+    from .._network_watch import run_watched, watched_environment
+
+    where = tmp_path_factory.mktemp("cli_export")
+    env, home, log = watched_environment(where)
+    export = Path(sys.executable).with_name("sam3-export")
+    command = [str(export), "--checkpoint", str(checkpoint), "--size", "tiny", "--out", "repo",
+               "--flavor", "python", "--device", "cpu", "-q"]  # fmt: skip
+    done, trace = run_watched(command, env, where)
+    return SimpleNamespace(
+        done=done, trace=trace, home=home, log=log, out=where / "repo", checkpoint=checkpoint
+    )

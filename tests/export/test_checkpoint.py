@@ -8,15 +8,7 @@ import torch
 
 from napari_sam3.core import contract
 
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """Seed-0 random weights of the tiny model, saved in the official sam3.pt layout."""
-    from sam3_export.model import build_sam3, save_checkpoint
-
-    path = tmp_path_factory.mktemp("ckpt") / "sam3_tiny.pt"
-    save_checkpoint(build_sam3("tiny", seed=0).model, path)
-    return path
+from .._network_watch import assert_offline
 
 
 def _state(path):
@@ -123,25 +115,27 @@ def test_cli_refuses_and_writes_nothing(tmp_path, capsys):
         main(["--out", str(out)])
 
 
-def test_cli_exports_a_checkpoint(tmp_path, checkpoint, ort_repo, eager, images):
+def test_cli_exports_a_checkpoint(cli_export, ort_repo, eager, images):
     """sam3-export --checkpoint: same weights as the random-weight export, same graphs' outputs."""
-    from sam3_export.cli import main
-
-    out = tmp_path / "repo"
-    args = ["--checkpoint", str(checkpoint), "--size", "tiny", "--out", str(out), "-q"]
-    assert main([*args, "--flavor", "python", "--device", "cpu"]) == 0
-    manifest = contract.load_manifest(out)
+    assert cli_export.done.returncode == 0, cli_export.done.stderr[-3000:]
+    manifest = contract.load_manifest(cli_export.out)
     assert manifest.random_weights is False and manifest.seed is None
-    assert manifest.checkpoint == checkpoint.name
+    assert manifest.checkpoint == cli_export.checkpoint.name
     assert manifest.model_id == ort_repo.manifest.model_id
     results = []
-    for repo in (ort_repo, type(ort_repo)(out)):
+    for repo in (ort_repo, type(ort_repo)(cli_export.out)):
         vision = repo.encode(images.a)
         text = repo.text(eager.tokens("car"))
         slots = repo.slot_arrays([[20.0, 30.0, 70.0, 90.0]], [0])
         results.append(repo.run(contract.DECODER, {**vision, **text, **slots}))
     for name in contract.DECODER_OUTPUTS:
         np.testing.assert_array_equal(results[0][name], results[1][name])
+
+
+def test_sam3_export_stays_offline(cli_export):
+    """The same run, watched: no socket but loopback, nothing written under HOME."""
+    assert_offline(cli_export.done, cli_export.trace, cli_export.home, cli_export.log)
+    assert (cli_export.out / contract.MANIFEST_FILE).is_file()
 
 
 def test_legacy_serialization_loads(tmp_path, checkpoint, eager):
