@@ -43,10 +43,15 @@ def test_shapes_in_map_units_map_to_the_exemplar_boxes(gpkg, utm21_tif):
 
 
 def test_reader_hook_and_bad_files(gpkg, tmp_path):
-    assert napari_io.get_vector_reader(str(gpkg)) is not None
     assert napari_io.get_vector_reader(str(tmp_path / "x.tif")) is None
-    ((data, kwargs, _),) = napari_io.vector_layers(gpkg)
+    reader = napari_io.get_vector_reader(str(gpkg))
+    ((data, kwargs, kind),) = reader(str(gpkg))  # the hook's reader reads THIS file
+    assert kind == "shapes" and list(kwargs["features"]["name"]) == ["a", "b"]
     assert kwargs["metadata"]["crs"] == "EPSG:4326"  # the file's own CRS by default
+    lon_lat = gpd.read_file(gpkg).geometry.bounds.to_numpy()  # minx, miny, maxx, maxy
+    # world (y, x) = (-latitude, longitude)
+    bounds = [[v[:, 1].min(), -v[:, 0].max(), v[:, 1].max(), -v[:, 0].min()] for v in data]
+    np.testing.assert_allclose(bounds, lon_lat, rtol=1e-12)
     bad = tmp_path / "bad.geojson"
     bad.write_text("{ not geojson")
     with pytest.raises(ValueError, match="bad.geojson"):

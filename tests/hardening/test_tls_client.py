@@ -31,11 +31,14 @@ def test_segment_over_mutual_tls_equals_the_embedded_engine(tls_server, certs, l
         certificate_chain=certs / "client.pem",
         connect_timeout=30,
     ) as client:
-        assert client.engine.tls is not None
         served = client.segment(image, "building", score_thr=0.0, dedup=None)
     here = local_client.segment(image, "building", score_thr=0.0, dedup=None)
     assert len(served) == len(here) > 0
     np.testing.assert_allclose(served["score"].values, here["score"].values, atol=1e-4)
+    np.testing.assert_allclose(np.stack(served["box"]), np.stack(here["box"]), atol=1e-2)
+    for a, b in zip(served["mask"], here["mask"], strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert served["keyword"].tolist() == here["keyword"].tolist()
 
 
 def test_wrong_trust_or_plaintext_gets_a_clear_error(tls_server, certs, tmp_path):

@@ -2,9 +2,36 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
 import pytest
 
 pytestmark = pytest.mark.napari
+
+BLANK = np.zeros((30, 40, 3), np.uint8)
+
+
+def assert_runs_repository(client, repository) -> None:
+    """`client` runs THIS repository's model in process (the embedded engine)."""
+    from napari_sam3.core import contract
+    from napari_sam3.runtime.engines.local import LocalEngine
+
+    assert isinstance(client.engine, LocalEngine)
+    assert Path(client.engine.repository).resolve() == Path(repository).resolve()
+    assert client.model_id == contract.load_manifest(repository).model_id
+
+
+def assert_answers_blank(frame) -> None:
+    """`segment(BLANK, "x", score_thr=0.0)`'s answer: result rows inside the 30 x 40 image."""
+    assert list(frame.columns) == ["box", "score", "mask", "keyword", "prompt_kind"]
+    assert len(frame) > 0  # score_thr 0: every candidate is kept
+    assert frame["score"].dtype == np.float32 and frame["score"].between(0, 1).all()
+    assert set(frame["keyword"]) == {"x"} and set(frame["prompt_kind"]) == {"text"}
+    for (x1, y1, x2, y2), mask in zip(frame["box"], frame["mask"], strict=True):
+        assert 0 <= x1 <= x2 <= 40 and 0 <= y1 <= y2 <= 30
+        assert np.asarray(mask).shape == (30, 40) and np.asarray(mask).dtype == bool
 
 
 def test_connect_embedded_and_remember(make_napari_viewer, sam3_repository, ui):
@@ -21,7 +48,7 @@ def test_connect_embedded_and_remember(make_napari_viewer, sam3_repository, ui):
     widget.repository.value = str(sam3_repository)
     ui.run(widget, widget.connect_button)
 
-    assert STATE.client is not None
+    assert_runs_repository(STATE.client, sam3_repository)
     assert "RANDOM WEIGHTS" in widget.model.value and "RANDOM WEIGHTS" in panel.model.value
     assert "exemplar slots: 8" in widget.info.value
     saved = load_connection()
@@ -42,7 +69,8 @@ def test_connect_on_start(make_napari_viewer, sam3_repository, ui):
     save_connection(ConnectionSettings(repository=str(sam3_repository), connect_on_start=True))
     widget = ConnectionWidget(make_napari_viewer())
     ui.wait(widget)
-    assert STATE.client is not None and widget.last_error is None
+    assert widget.last_error is None, widget.status.value
+    assert_runs_repository(STATE.client, sam3_repository)
 
 
 def test_bad_repository_and_server_are_reported(make_napari_viewer, tmp_path, ui):
@@ -87,8 +115,6 @@ def test_settings_survive_a_broken_file():
 
 
 def test_disconnect_closes_the_client_it_made(make_napari_viewer, sam3_repository, sam3_client, ui):
-    import numpy as np
-
     from napari_sam3.plugin.widgets import ConnectionWidget
     from napari_sam3.plugin.widgets._common import STATE
 
@@ -96,13 +122,17 @@ def test_disconnect_closes_the_client_it_made(make_napari_viewer, sam3_repositor
     widget.repository.value = str(sam3_repository)
     ui.run(widget, widget.connect_button)
     made = STATE.client
-    assert made is not None and made.segment(np.zeros((30, 40, 3), np.uint8), "x") is not None
+    assert_runs_repository(made, sam3_repository)
+    assert_answers_blank(made.segment(BLANK, "x", score_thr=0.0))
     ui.click(widget.disconnect_button)
     assert STATE.client is None and widget.status.value == "Disconnected"
     with pytest.raises(RuntimeError, match="closed"):
-        made.segment(np.zeros((30, 40, 3), np.uint8), "x")
+        made.segment(BLANK, "x")
     # A client handed to the widgets from a notebook stays open: it is the notebook's.
+    before = sam3_client.segment(BLANK, "x", score_thr=0.0)
     STATE.set_client(sam3_client)
     ui.click(widget.disconnect_button)
     assert STATE.client is None
-    assert sam3_client.segment(np.zeros((30, 40, 3), np.uint8), "x") is not None
+    after = sam3_client.segment(BLANK, "x", score_thr=0.0)
+    assert_answers_blank(after)
+    pd.testing.assert_frame_equal(after.drop(columns="mask"), before.drop(columns="mask"))

@@ -22,7 +22,11 @@ def interactive(s2_viewer, connected, ui):
     return widget
 
 
-def test_clicks_give_three_candidates_and_accept_adds_a_label(interactive, connected, ui):
+def test_clicks_give_three_candidates_and_accept_adds_a_label(
+    interactive, connected, ui, s2_rgb_files
+):
+    from napari_sam3.imagery.raster import read_raster
+
     widget, viewer = interactive, interactive.viewer
     clicks = viewer.layers["SAM3 clicks"]
     assert widget.clicks.value is clicks and widget.box.value is viewer.layers["SAM3 box"]
@@ -33,7 +37,10 @@ def test_clicks_give_three_candidates_and_accept_adds_a_label(interactive, conne
     assert "SAM3: Encoding the image" in _activities()
     ui.wait(widget)
     assert widget.last_error is None, widget.status.value
-    assert widget.session is not None
+    # The session is on the true-colour stack, as the library prepares it from the files.
+    files = connected.prepare(read_raster(s2_rgb_files))
+    np.testing.assert_array_equal(widget.session.prepared.rgb, files.rgb)
+    np.testing.assert_array_equal(widget.session.prepared.images_u8, files.images_u8)
     labels = _choices(widget)
     assert len(labels) == 3 and all("IoU" in text for text in labels)
     assert "3 candidates" in widget.status.value

@@ -30,12 +30,16 @@ def test_manifest_is_valid_and_imports():
     assert writers == {"napari-sam3.write_labels_geotiff", "napari-sam3.write_instances_gpkg"}
 
 
-def test_reader_declines_other_files():
+def test_reader_reads_its_files_and_declines_others(s2_files):
+    from napari_sam3.imagery.raster import read_raster
     from napari_sam3.plugin.reader import get_reader
 
     assert get_reader("photo.png") is None
     assert get_reader(["a.jp2", "notes.txt"]) is None
-    assert get_reader("T33UUU_B04.jp2") is not None
+    band = str(s2_files["B04"])
+    ((data, kwargs, kind),) = get_reader(band)(band)  # the reader napari gets reads THIS file
+    assert kind == "image" and kwargs["metadata"]["source"] == band
+    np.testing.assert_array_equal(np.asarray(data), read_raster(band).data[0])
 
 
 def test_band_metadata_placement_and_model_stretch(make_napari_viewer, s2_files):

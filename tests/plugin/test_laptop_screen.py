@@ -173,7 +173,7 @@ def test_picker_names_scenes_and_follows_the_layer_list(laptop, s2_rgb_paths, tm
     assert panel.bands.value == "B04 B03 B02"
 
 
-def test_interactive_keys_are_napari_actions_pressed_on_the_canvas(laptop, ui, qtbot):
+def test_interactive_keys_are_napari_actions_pressed_on_the_canvas(laptop, sam3_client, ui, qtbot):
     from napari._qt.widgets.qt_keyboard_settings import ShortcutEditor
     from qtpy.QtCore import Qt
 
@@ -206,7 +206,10 @@ def test_interactive_keys_are_napari_actions_pressed_on_the_canvas(laptop, ui, q
     clicks.add(np.array([[300.0, 500.0]]))
     ui.wait(widget)
     assert widget.last_error is None, widget.status.value
-    assert widget.candidate_mask() is not None
+    # The best candidate for that click, as the library gives it on the same image.
+    best = sam3_client.interactive(widget.session.prepared).add_point((500.5, 300.5))
+    assert widget.candidate.value == 0
+    np.testing.assert_array_equal(widget.candidate_mask(), np.asarray(best["mask"].iloc[0]))
     clicks.add(np.array([[320.0, 520.0]]))
     ui.wait(widget)
     press(Qt.Key.Key_Z)  # undo the last prompt

@@ -31,24 +31,47 @@ def results(s2_viewer, connected, ui):
     return panel, table, layer
 
 
-def test_table_lists_sorts_and_zooms(results, qtbot):
+# Scores the table must order by value: among others, three pairs that show the same four
+# decimals, each listed larger first (a sort by the shown value keeps that wrong order).
+SCORES = (0.50196499, 0.7, 0.50196183, 0.30000009, 0.30000001, 0.05, 0.9, 0.12340007, 0.1234)
+
+
+def click_header(table, column: int, qtbot) -> None:
+    from qtpy.QtCore import QPoint, Qt
+
+    header = table.table.horizontalHeader()
+    where = QPoint(header.sectionViewportPosition(column) + 5, header.height() // 2)
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=where)
+
+
+def test_table_lists_sorts_and_zooms(results, qtbot, ui):
+    from qtpy.QtCore import Qt
+
     panel, table, layer = results
     viewer = panel.viewer
+    scores = np.resize(SCORES, len(layer.features))
+    layer.features = layer.features.assign(score=scores)  # the table follows the layer
     rows = table.shown_rows()
     assert len(rows) == len(layer.features)
     assert rows["index"].tolist() == layer.features["index"].tolist()
-    np.testing.assert_allclose(rows["score"], layer.features["score"], rtol=1e-5)
+    np.testing.assert_array_equal(rows["score"], scores)
     assert set(rows["keyword"]) == {"building", "road"}
     assert set(rows["image"]) == {f"{STACK} B04"}
-    # Sort by score, ascending, as a click on the header does.
-    from qtpy.QtCore import Qt
-
-    table.table.sortItems(3, Qt.SortOrder.AscendingOrder)
-    shown = table.shown_rows()["score"].to_numpy()
-    assert np.all(np.diff(shown) >= 0) and not np.all(np.diff(layer.features["score"]) >= 0)
+    shown_text = [float(table.table.item(r, 3).text()) for r in range(len(rows))]
+    assert shown_text == [round(s, 4) for s in scores]  # shown to four decimals
+    # A click on the Score header sorts by the exact value, another click the other way.
+    header = table.table.horizontalHeader()
+    orders = set()
+    for _click in range(2):
+        click_header(table, 3, qtbot)
+        assert header.sortIndicatorSection() == 3
+        descending = header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
+        expected = np.sort(scores)[::-1] if descending else np.sort(scores)
+        np.testing.assert_array_equal(table.shown_rows()["score"], expected)
+        orders.add(descending)
+    assert orders == {False, True}
     # Click a row: its object is selected and the canvas centred on it.
-    visible = layer.features[layer.features["area"] > 0]
-    pick = int(visible["index"].iloc[-1])
+    pick = max(ui.label_ids(layer))
     table.select(layer.name, pick)
     assert layer.selected_label == pick
     rr, cc = np.nonzero(layer.data == pick)

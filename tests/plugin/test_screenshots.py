@@ -38,4 +38,12 @@ def test_window_with_the_panel_docked(
 
     screen = QApplication.primaryScreen().availableGeometry()
     assert shot.shape[:2] == (screen.height(), screen.width()), "the window fills the screen"
-    assert len(table.shown_rows()) > 0
+    # The table beside it lists every object of the result layers (score_thr 0: there are some).
+    results = {
+        layer.name: layer.features["index"].tolist()
+        for layer in viewer.layers
+        if layer.name.startswith("SAM3 ")
+    }
+    rows = table.shown_rows()
+    assert {name: rows.loc[rows["layer"] == name, "index"].tolist() for name in results} == results
+    assert len(rows) == sum(map(len, results.values())) > 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from napari_sam3.runtime.engines import Engine, LocalEngine
@@ -17,6 +19,14 @@ def test_each_engine_class_has_every_member(cls):
     missing = [name for name in MEMBERS if name != "address" and not hasattr(cls, name)]
     assert not missing, missing
     assert len(MEMBERS) >= 8
+    # ... and takes the protocol's arguments, by the same names and kinds
+    for name in MEMBERS:
+        if name != "address":
+            assert _arguments(getattr(cls, name)) == _arguments(getattr(Engine, name)), name
+
+
+def _arguments(method) -> list[tuple[str, object]]:
+    return [(p.name, p.kind) for p in inspect.signature(method).parameters.values()]
 
 
 def test_the_embedded_engine_is_an_engine(tiny_repository):

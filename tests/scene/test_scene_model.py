@@ -54,26 +54,51 @@ def test_a_scene_within_one_tile_matches_the_client(local_client, crop_tif):
 
 def test_tiled_detections_are_the_tiles_own_mapped_to_the_scene(local_client, s2_rgb_paths, tiled):
     rows, cols = tiled.attrs["scene"]["shape"]
-    assert (rows, cols) == (768, 1536) and len(tiled.attrs["tiles"]) == 8
-    assert len(tiled) > 0 and set(tiled["keyword"]) <= {"building", "road"}
+    tiles = tiled.attrs["tiles"]
+    assert (rows, cols) == (768, 1536) and len(tiles) == 8
+    assert set(tiled["keyword"]) <= {"building", "road"}
     assert tiled["score"].is_monotonic_decreasing
     for mask in tiled["mask"]:
         x1, y1, x2, y2 = mask.bbox
         assert 0 <= x1 < x2 <= cols and 0 <= y1 < y2 <= rows and mask.area > 0
-    # Re-run one tile by hand: its unmerged scene detections are among the tile's own results.
-    single = tiled[tiled["merged"] == 1]
-    tile = tiled.attrs["tiles"][int(single["tile"].iloc[0])]
+    # Re-run every tile by hand: each scene detection is a tile's own (mask and box moved to the
+    # scene), or, joined across seams, exactly the union of tile detections it contains.
     stats = scene_stretch(s2_rgb_paths)
-    rgb = to_model_rgb(read_raster(s2_rgb_paths, window=tile.slices), stats=stats)
-    own = local_client.multi(rgb, ["building", "road"], score_thr=0.0)
-    for _, det in single[single["tile"] == tile.index].iterrows():
-        same = own[(own["keyword"] == det["keyword"]) & (own["score"] == det["score"])]
-        assert len(same) >= 1
-        dense = np.asarray(same["mask"].iloc[0])
-        np.testing.assert_array_equal(det["mask"].window(*tile.bounds), dense)
-        np.testing.assert_allclose(
-            det["box"], same["box"].iloc[0] + [tile.col, tile.row] * 2, atol=1e-3
-        )
+    own = []  # (tile, keyword, score, mask in the tile, box in scene pixels)
+    for tile in tiles:
+        rgb = to_model_rgb(read_raster(s2_rgb_paths, window=tile.slices), stats=stats)
+        found = local_client.multi(rgb, ["building", "road"], score_thr=0.0)
+        shift = np.array([tile.col, tile.row] * 2)
+        own += [
+            (tile, d.keyword, d.score, np.asarray(d.mask), np.asarray(d.box) + shift)
+            for d in found.itertuples()
+        ]
+    assert len(tiled) > 0 and len(own) > 0  # score_thr 0: every tile answers
+    for det in tiled.itertuples():
+        if det.merged == 1:
+            same = [
+                o for o in own if (o[0].index, o[1], o[2]) == (det.tile, det.keyword, det.score)
+            ]
+            assert len(same) >= 1, f"{det.keyword} {det.score} is not tile {det.tile}'s own"
+            tile, _, _, dense, box = same[0]
+            np.testing.assert_array_equal(det.mask.window(*tile.bounds), dense)
+            np.testing.assert_allclose(det.box, box, atol=1e-3)
+            continue
+        scene = np.asarray(det.mask)
+        parts = [
+            o
+            for o in own
+            if o[1] == det.keyword and o[3].any() and not (o[3] & ~scene[o[0].slices]).any()
+        ]
+        union = np.zeros_like(scene)
+        for tile, _, _, dense, _ in parts:
+            union[tile.slices] |= dense
+        np.testing.assert_array_equal(union, scene)
+        assert len(parts) >= det.merged and len({o[0].index for o in parts}) >= 2
+        assert any((o[0].index, o[2]) == (det.tile, det.score) for o in parts)
+        boxes = np.stack([o[4] for o in parts])
+        assert np.all(det.box[:2] >= boxes[:, :2].min(0) - 1e-3)
+        assert np.all(det.box[2:] <= boxes[:, 2:].max(0) + 1e-3)
 
 
 def test_geopackage_opens_with_crs_and_attributes(tiled, s2_rgb_paths, tmp_path):

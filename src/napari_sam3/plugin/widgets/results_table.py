@@ -13,6 +13,7 @@ usable from a notebook with a viewer.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +187,43 @@ def export_objects(layer, path, ids=None, overwrite: bool = False) -> Path:
     return write_vector(gdf, path, overwrite=overwrite)
 
 
+def _number_item(value: float | int, shown: float | int):
+    """A cell that shows `shown` (a score to four decimals) and sorts by the exact `value`:
+    two scores equal to the shown precision still sort in their true order."""
+    from qtpy.QtCore import Qt
+
+    item = _number_item_type()()
+    item.setData(Qt.ItemDataRole.DisplayRole, shown)
+    item.setData(_sort_role(), value)
+    return item
+
+
+@functools.cache
+def _number_item_type() -> type:
+    from qtpy.QtWidgets import QTableWidgetItem
+
+    class NumberItem(QTableWidgetItem):
+        def __lt__(self, other) -> bool:
+            mine, theirs = self.data(_sort_role()), other.data(_sort_role())
+            if mine is None or theirs is None:  # a text cell in a number column
+                return super().__lt__(other)
+            return _sort_key(mine) < _sort_key(theirs)
+
+    return NumberItem
+
+
+def _sort_role() -> int:
+    from qtpy.QtCore import Qt
+
+    return int(Qt.ItemDataRole.UserRole) + 1  # UserRole itself holds the row number
+
+
+def _sort_key(value: float) -> tuple[bool, float]:
+    """Missing values (NaN) first, then by value: a total order, so sorting is well defined."""
+    missing = value != value
+    return (not missing, 0.0 if missing else value)
+
+
 class ResultsTable(Container):
     """Dock widget: the objects of every SAM3 result layer."""
 
@@ -259,12 +297,12 @@ class ResultsTable(Container):
         table.setRowCount(len(self.rows))
         for r, values in enumerate(self.rows.itertuples(index=False)):
             for c, value in enumerate(values):
-                item = QTableWidgetItem()
                 if isinstance(value, float | np.floating):
-                    item.setData(Qt.ItemDataRole.DisplayRole, round(float(value), 4))
+                    item = _number_item(float(value), round(float(value), 4))
                 elif isinstance(value, int | np.integer):
-                    item.setData(Qt.ItemDataRole.DisplayRole, int(value))
+                    item = _number_item(int(value), int(value))
                 else:
+                    item = QTableWidgetItem()
                     item.setText(str(value))
                 item.setData(Qt.ItemDataRole.UserRole, r)
                 table.setItem(r, c, item)
