@@ -125,10 +125,44 @@ def s2_rgb_raster(s2_rgb_paths: list[Path]):
     return raster
 
 
+# A tiny repository exported once outside pytest (scripts/test.sh does, with the main
+# environment's exporter, for both environments): used instead of exporting in the session.
+TINY_REPOSITORY_ENV = "SAM3_TEST_TINY_REPOSITORY"
+
+
+def _given_tiny_repository(folder: Path) -> Path:
+    """`folder` if it is what the fixture below exports (seed 0, python flavor, fp32)."""
+    from napari_sam3.core import contract
+    from napari_sam3.runtime.engines.model_config import load_model_configs
+
+    manifest = contract.load_manifest(folder)
+    configs = load_model_configs(folder)
+    served = contract.manifest_from_config(configs[contract.MULTI])
+    found = {
+        "size": manifest.size,
+        "seed": manifest.seed,
+        "random_weights": manifest.random_weights,
+        "flavor": served.flavor,
+        "device": served.device,
+        "precision": {
+            c.parameters.get("precision")
+            for c in configs.values()
+            if c.parameters.get("logic_module") == "onnx_runner"
+        },
+    }
+    wanted = {"size": "tiny", "seed": 0, "random_weights": True, "flavor": "python",
+              "device": "cpu", "precision": {"fp32"}}  # fmt: skip
+    if found != wanted:
+        pytest.fail(f"{TINY_REPOSITORY_ENV}={folder} is {found}, not {wanted}", pytrace=False)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_repository(tmp_path_factory) -> Path:
     """The tiny random-weight model exported by our own tool, as the `--flavor python --device cpu`
     repository that both the embedded engine and the CPU Triton server run."""
+    if os.environ.get(TINY_REPOSITORY_ENV):
+        return _given_tiny_repository(Path(os.environ[TINY_REPOSITORY_ENV]))
     require("sam3_export")
     from sam3_export.pipeline import export_all
     from sam3_export.triton_repo import write_repository
