@@ -157,10 +157,19 @@ def _given_tiny_repository(folder: Path) -> Path:
     return folder
 
 
+# The precision every test that goes through the model computes at, unless it says otherwise:
+# "auto" would be bf16 on a CPU with native bf16 and fp32 elsewhere, so the same test would
+# check other numbers on other hosts. bf16 is tested on every host by tests/runtime (the
+# emulated graphs everywhere, OpenVINO's own where native), `auto` as a decision by
+# tests/runtime/test_choice.py with described hosts.
+SUITE_PRECISION = "fp32"
+
+
 @pytest.fixture(scope="session")
 def tiny_repository(tmp_path_factory) -> Path:
     """The tiny random-weight model exported by our own tool, as the `--flavor python --device cpu`
-    repository that both the embedded engine and the CPU Triton server run."""
+    repository that both the embedded engine and the CPU Triton server run; its graphs compute
+    at SUITE_PRECISION in Triton (the embedded engine takes the precision it is given)."""
     if os.environ.get(TINY_REPOSITORY_ENV):
         return _given_tiny_repository(Path(os.environ[TINY_REPOSITORY_ENV]))
     require("sam3_export")
@@ -169,20 +178,22 @@ def tiny_repository(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("tiny_repository")
     manifest = export_all(out, size="tiny", seed=0)
-    write_repository(out, manifest, flavor="python", device="cpu")
+    write_repository(out, manifest, flavor="python", device="cpu", precision=SUITE_PRECISION)
     return out
 
 
 @pytest.fixture(scope="session")
 def local_client(tiny_repository):
+    """The embedded engine on the tiny model at SUITE_PRECISION (OpenVINO where installed)."""
     from napari_sam3 import Sam3Client
 
-    return Sam3Client.local(tiny_repository)
+    return Sam3Client.local(tiny_repository, precision=SUITE_PRECISION)
 
 
 @pytest.fixture(scope="session")
 def triton_server(tiny_repository, tmp_path_factory):
-    """A real `tritonserver` process on free loopback ports, serving the tiny repository."""
+    """A real `tritonserver` process on free loopback ports, serving the tiny repository (its
+    graphs at SUITE_PRECISION: the same answers as `local_client`)."""
     from napari_sam3.serving.server import TritonServer
 
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"

@@ -30,7 +30,7 @@ POSITIVE, NEGATIVE = [40, 30, 140, 120], [200, 150, 280, 230]
 @pytest.fixture(params=ENGINES)
 def client(request, tiny_repository):
     if request.param == "embedded":
-        made = Sam3Client.local(tiny_repository)
+        made = Sam3Client.local(tiny_repository, precision="fp32")
     else:
         made = Sam3Client(request.getfixturevalue("triton_server").grpc_address)
     made.clear_cache()
@@ -194,7 +194,7 @@ def test_the_cache_never_holds_more_than_its_bound(tiny_repository, s2_crop):
     image = np.asarray(s2_crop.data)
     one = image_bytes(contract.load_manifest(tiny_repository).sizes)
     bound = int(2.5 * one)
-    client = Sam3Client.local(tiny_repository, cache_bytes=bound)
+    client = Sam3Client.local(tiny_repository, cache_bytes=bound, precision="fp32")
     images = [np.ascontiguousarray(np.roll(image, 17 * i, axis=2)) for i in range(4)]
     for img in images:
         client.segment(img, "building")
@@ -301,7 +301,7 @@ def test_two_clients_two_images_from_threads_never_mix(triton_server, s2_crop):
 
 
 def test_the_same_new_image_from_two_threads_is_encoded_once(tiny_repository, s2_crop):
-    client = Sam3Client.local(tiny_repository)
+    client = Sam3Client.local(tiny_repository, precision="fp32")
     image, _ = _images(s2_crop)
     expected = client.segment(image, "building", score_thr=0.0, dedup=None)
     client.clear_cache()

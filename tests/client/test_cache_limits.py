@@ -12,7 +12,7 @@ from napari_sam3.core.errors import InvalidInput
 
 @pytest.fixture
 def client(tiny_repository):
-    made = Sam3Client.local(tiny_repository)
+    made = Sam3Client.local(tiny_repository, precision="fp32")
     yield made
     made.close()
 

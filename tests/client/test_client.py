@@ -80,7 +80,7 @@ def test_concept_survives_bytes_and_a_new_process(
         "import sys, numpy as np\n"
         "from napari_sam3 import Sam3Client, Concept\n"
         "from napari_sam3.imagery.raster import read_raster\n"
-        "c = Sam3Client.local(sys.argv[1])\n"
+        "c = Sam3Client.local(sys.argv[1], precision='fp32')\n"
         "concept = Concept.load(sys.argv[2])\n"
         "r = read_raster(sys.argv[3:], window=np.s_[400:700, 800:1220])\n"
         "df = c.segment(r, 'building', concept=concept, score_thr=0.0, dedup=None)\n"
@@ -228,7 +228,7 @@ def test_multi_with_concepts_matches_segment_on_one_vision_pass(local_client, s2
 
 
 def test_close_releases_the_embedded_engine(tiny_repository, s2_crop):
-    with Sam3Client.local(tiny_repository) as client:
+    with Sam3Client.local(tiny_repository, precision="fp32") as client:
         assert len(client.segment(s2_crop, "building", score_thr=0.0)) > 0
         assert client.engine._runners  # ONNX Runtime sessions held
     assert not client.engine._runners

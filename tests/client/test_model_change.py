@@ -38,7 +38,7 @@ def other_repository(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("other_repository")
     manifest = export_all(out, size="tiny", seed=1)
-    write_repository(out, manifest, flavor="python", device="cpu")
+    write_repository(out, manifest, flavor="python", device="cpu", precision="fp32")
     return out
 
 
@@ -331,7 +331,7 @@ def test_a_repository_without_cache_model_id_is_followed_through_info(
 def test_the_embedded_engine_answers_its_model_and_asks_nothing_before_a_memo_answer(
     tiny_repository, s2_crop
 ):
-    client = Sam3Client.local(tiny_repository)
+    client = Sam3Client.local(tiny_repository, precision="fp32")
     out = client.engine.infer(
         contract.CACHED,
         {contract.CACHE_OP: np.array([b"info"], object)},

@@ -14,7 +14,7 @@ def _encoder_runs(client) -> int:
 
 
 def test_a_scene_run_again_encodes_no_tile(tiny_repository, s2_rgb_paths):
-    client = Sam3Client.local(tiny_repository)
+    client = Sam3Client.local(tiny_repository, precision="fp32")
     options = {"tile_size": 512, "overlap": 64, "score_thr": 0.0, "progress": False}
     before = _encoder_runs(client)
     first = segment_scene(client, s2_rgb_paths, "building", **options)

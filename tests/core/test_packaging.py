@@ -43,7 +43,7 @@ def test_embedded_client_never_imports_grpc(tiny_repository):
         "import numpy as np\n"
         "import napari_sam3\n"
         "from napari_sam3 import Sam3Client\n"
-        f"client = Sam3Client.local({str(tiny_repository)!r})\n"
+        f"client = Sam3Client.local({str(tiny_repository)!r}, precision='fp32')\n"
         "frame = client.segment(np.zeros((40, 50, 3), np.uint8), 'x', score_thr=0, dedup=None)\n"
         "assert len(frame) == client.manifest.num_queries, len(frame)\n"
         "client.close()\n"

@@ -143,7 +143,7 @@ def test_grounding_only_checkpoint(tmp_path, eager, ort_repo, images, capsys):
     image = np.ascontiguousarray(images.a[0].transpose(1, 2, 0)[:40, :50])
     frames = []
     for repo in (out, ort_repo.root):
-        with Sam3Client.local(repo, threads=1, runtime="onnxruntime") as client:
+        with Sam3Client.local(repo, threads=1, runtime="onnxruntime", precision="fp32") as client:
             if repo == out:
                 with pytest.raises(ValueError, match="no interactive head.*finetuned.pt"):
                     client.interactive(image)

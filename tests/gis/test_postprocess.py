@@ -98,7 +98,8 @@ def test_cli_flags(tmp_path, tiny_repository, s2_scene_tif, local_client):
     )
     threshold = int(np.median([m.area for m in ref["mask"]])) + 1
     out = tmp_path / "post.gpkg"
-    args = ["segment", str(s2_scene_tif), "--models", str(tiny_repository), "--prompt"]
+    args = ["segment", str(s2_scene_tif), "--models", str(tiny_repository), "--precision"]
+    args += ["fp32", "--prompt"]  # local_client's precision
     args += ["building", "--score-thr", "0", "--max-det", "4", "--quiet", "--out", str(out)]
     args += ["--min-area-px", str(threshold), "--fill-holes", "--simplify-m", "10"]
     assert main(args) == 0

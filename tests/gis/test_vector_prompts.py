@@ -81,6 +81,8 @@ def test_cli_exemplars_steer_a_utm21_raster(
         str(lonlat_gpkg),
         "--models",
         str(tiny_repository),
+        "--precision",
+        "fp32",  # local_client's
         "--score-thr",
         "0",
         "--max-det",

@@ -48,10 +48,11 @@ def sam3_repository(request) -> Path:
 
 @pytest.fixture(scope="session")
 def sam3_client(sam3_repository):
-    """The embedded engine on the tiny model, loaded once for the session."""
+    """The embedded engine on the tiny model, loaded once for the session, at the suite's fp32
+    (tests/conftest.py SUITE_PRECISION: the same numbers on every host)."""
     from napari_sam3.client.sam3 import Sam3Client
 
-    return Sam3Client.local(sam3_repository)
+    return Sam3Client.local(sam3_repository, precision="fp32")
 
 
 @pytest.fixture

@@ -119,7 +119,7 @@ def main(argv=None) -> int:
                 time.sleep(0.01)
 
         viewer = napari.Viewer(show=True)
-        client = Sam3Client.local(args.repository)
+        client = Sam3Client.local(args.repository, precision="fp32")
         panel, _table = dock(viewer, sentinel2_true_colour(), client, settle)
         result = measure(viewer, panel, settle)
         viewer.close()

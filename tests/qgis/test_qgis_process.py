@@ -60,6 +60,7 @@ def test_segment_text_is_the_library_run_with_provenance_in_the_raster_crs(
         INPUT=s2_tif,
         KEYWORDS="building,water",
         MODELS=tiny_repository,
+        PRECISION="fp32",  # local_client's
         SCORE_THR=0,
         MAX_DET=5,
         OUTPUT=out,
@@ -96,7 +97,7 @@ def test_bands_and_min_area_are_the_library_s(
     out = tmp_path / "out.gpkg"
     done = qgis_process(
         qgis_env, "napari_sam3:segment_text", INPUT=s2_tif, KEYWORDS="field", BANDS=3,
-        MIN_AREA_M2=100000, MODELS=tiny_repository, SCORE_THR=0, OUTPUT=out,
+        MIN_AREA_M2=100000, MODELS=tiny_repository, PRECISION="fp32", SCORE_THR=0, OUTPUT=out,
     )  # fmt: skip
     results(done)
     gdf = check_layer(out, local_client.model_id)

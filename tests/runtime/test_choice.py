@@ -207,3 +207,30 @@ def test_onnxruntime_puts_its_cuda_provider_first_only_where_installed(name, hos
     monkeypatch.setattr(H, "detect", lambda: with_cuda)
     assert R._ort_providers() == [H.CUDA_PROVIDER, H.CPU_PROVIDER]
     assert R.choose("sam3_text", host=with_cuda).runtime == "onnxruntime"
+
+
+# -- auto through the embedded engine, as each kind of machine --------------------------------
+def test_the_engine_plans_auto_for_the_host_and_runs_what_compiled(
+    tiny_repository, s2_crop, any_host
+):
+    """The plan is the host's (bf16 for the measured graphs where native, fp32 elsewhere) and is
+    said in the summary; a prompt then runs on this machine whatever it is: each graph at its
+    plan, or at fp32 with OpenVINO's reason where this CPU compiled the bf16 plan at fp32."""
+    from napari_sam3 import Sam3Client
+
+    native = any_host.native_bf16()[0]
+    with Sam3Client.local(tiny_repository) as client:
+        plan = dict(client.engine.choices)
+        assert set(plan) == {*contract.GROUNDING_GRAPHS, *contract.PVS_GRAPHS}
+        for graph, choice in plan.items():
+            wanted = "bf16" if native and graph in R.BF16_GRAPHS else "fp32"
+            assert (choice.runtime, choice.precision, choice.asked) == ("openvino", wanted, "auto")
+        line = client.engine.runtime_summary()
+        assert line.startswith("openvino bf16: " if native else "openvino fp32: "), line
+        frame = client.segment(s2_crop, "field", score_thr=0.0, dedup=None)
+        assert len(frame) == client.manifest.num_queries
+        ran = {g: client.engine.choices[g] for g in client.engine.loaded_graphs()}
+    assert set(ran) == {contract.ENCODER, contract.TEXT, contract.DECODER}
+    for graph, choice in ran.items():
+        held = choice.precision == plan[graph].precision
+        assert held or "OpenVINO compiled it at fp32" in choice.reason, (graph, choice)

@@ -27,7 +27,9 @@ def test_auto_never_fails_on_either_cpu(tiny_repository, capsys, any_host):
     code = main(["info", "--models", str(tiny_repository)])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "graphs run with openvino " in err and "(docs/serving.md#precision)" in err
+    planned = "bf16" if any_host.native_bf16()[0] else "fp32"
+    assert f"graphs run with openvino {planned}: encoder" in err, err
+    assert "(docs/serving.md#precision)" in err
 
 
 def test_unknown_runtime_is_refused_by_the_parser(tiny_repository, capsys):

@@ -56,7 +56,7 @@ def test_the_embedded_engine_never_writes_or_parses_the_wire_format(
     def refuse(*args, **kwargs):
         raise AssertionError("the RLE wire format was used in-process")
 
-    client = Sam3Client.local(tiny_repository)
+    client = Sam3Client.local(tiny_repository, precision="fp32")
     try:
         client.segment(np.asarray(s2_crop.data), "warm up")  # graphs loaded, as any later call
         monkeypatch.setattr(rle_module, "_pack", refuse)
@@ -76,7 +76,7 @@ def test_in_process_and_over_the_wire_give_identical_detections(
     tiny_repository, triton_server, s2_crop
 ):
     image = np.asarray(s2_crop.data)
-    embedded = Sam3Client.local(tiny_repository)
+    embedded = Sam3Client.local(tiny_repository, precision="fp32")
     remote = Sam3Client(triton_server.grpc_address)
     try:
         remote.clear_cache()
@@ -102,7 +102,7 @@ def test_a_click_in_process_makes_the_best_mask_and_the_others_when_looked_at(
         made.append(len(logits))
         return real(logits, size, cut)
 
-    client = Sam3Client.local(tiny_repository)
+    client = Sam3Client.local(tiny_repository, precision="fp32")
     try:
         session = client.interactive(image)
         monkeypatch.setattr(interactive_module, "threshold_masks", counted)

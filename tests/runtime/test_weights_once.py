@@ -15,6 +15,8 @@ from napari_sam3.core import contract
 from napari_sam3.runtime import host as H
 from napari_sam3.runtime import onnx_runner as R
 
+from .conftest import skip_unless_native_bf16
+
 ov = H.import_openvino()
 
 
@@ -80,15 +82,16 @@ def test_fp32_always_runs_the_exported_fp32_weights(tiny_repository, tmp_path):
     (first, first_hint), (second, second_hint) = core.asked
     assert first.endswith("model.xml") and first_hint == "bf16"  # the fp16 IR, for bf16
     assert second == onnx_path and second_hint == "f32"  # then the ONNX file again, for fp32
-    # on a CPU with bf16, the IR is what runs
-    native = ov.Core()
-    if R.compiled_precision(
-        native.compile_model(onnx_path, "CPU", {"INFERENCE_PRECISION_HINT": "bf16"}).get_property(
-            "INFERENCE_PRECISION_HINT"
-        )
-    ) == "bf16":  # fmt: skip
-        _, held = R.compile_openvino(native, onnx_path, planned, folder=tmp_path)
-        assert held.precision == "bf16"
+
+
+def test_on_a_native_cpu_bf16_runs_the_fp16_ir(tiny_repository, tmp_path):
+    skip_unless_native_bf16()
+    onnx_path = str(contract.graph_path(tiny_repository, contract.TEXT))
+    planned = R.Choice("openvino", "bf16", "planned", "auto")
+    compiled, held = R.compile_openvino(ov.Core(), onnx_path, planned, folder=tmp_path)
+    assert held.precision == "bf16" and held.reason == "planned"
+    assert R.compiled_precision(compiled.get_property("INFERENCE_PRECISION_HINT")) == "bf16"
+    assert (tmp_path / "ir-f16" / "model.xml").is_file()
 
 
 def test_mapped_weight_pages_are_handed_back(tmp_path):
@@ -107,7 +110,7 @@ def test_mapped_weight_pages_are_handed_back(tmp_path):
 
 @pytest.fixture
 def fresh_client(tiny_repository):
-    client = Sam3Client.local(tiny_repository, runtime="openvino")
+    client = Sam3Client.local(tiny_repository, runtime="openvino", precision="fp32")
     yield client
     client.close()
 
