@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 import warnings
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -97,6 +97,7 @@ def switch(server, tiny_repository, other_repository):
     repository (another model) while the client stays connected; returns (old, new) model ids."""
     client = Sam3Client(server.address, connect_timeout=30)
     client.clear_cache()
+    client.engine.infer = sent = _Counted(client.engine.infer)
 
     def restart(onto=None):
         if onto is None:
@@ -107,6 +108,7 @@ def switch(server, tiny_repository, other_repository):
             )
         old = client.model_id
         server.restart(onto)
+        sent.counts.clear()  # as the restarted server's own statistics
         new = contract.load_manifest(onto).model_id
         assert new != old
         return old, new
@@ -115,22 +117,21 @@ def switch(server, tiny_repository, other_repository):
     client.close()
 
 
+class _Counted:
+    """An engine's `infer` that counts the requests sent to each model (each is one run on
+    the server; Triton's own statistics count a request a moment after answering it)."""
+
+    def __init__(self, infer) -> None:
+        self.infer, self.counts = infer, Counter()
+
+    def __call__(self, model_name, *args, **kwargs):
+        self.counts[model_name] += 1
+        return self.infer(model_name, *args, **kwargs)
+
+
 def _cached_runs(client) -> int:
-    """sam3_cached's executions on the server, once Triton's statistics stop moving (it counts
-    a request a moment after answering it)."""
-
-    def runs() -> int:
-        stats = client.engine.statistics(contract.CACHED)["model_stats"]
-        return sum(int(s.get("execution_count", 0)) for s in stats)
-
-    seen, deadline = runs(), time.monotonic() + 5
-    while time.monotonic() < deadline:
-        time.sleep(0.25)
-        now = runs()
-        if now == seen:
-            return now
-        seen = now
-    return seen
+    """Requests `client` sent to sam3_cached since the server's restart."""
+    return client.engine.infer.counts[contract.CACHED]
 
 
 def _image(s2_crop):
@@ -386,10 +387,7 @@ def test_a_pool_whose_servers_all_restart_on_another_model_follows_them(
             _same(got, expected)
             assert not np.array_equal(got["score"].to_numpy(), results[-1]["score"].to_numpy())
             results.append(got)
-            deadline = time.monotonic() + 30
-            while not all(m["healthy"] for m in pool.engine.members()):
-                assert time.monotonic() < deadline, pool.engine.members()
-                time.sleep(0.2)
+            assert pool.engine.wait_all_healthy(timeout=60), pool.engine.members()
         _same(results[0], results[2])  # the first model again, as it answered at first
         pool.close()
     finally:

@@ -41,6 +41,26 @@ with TritonServer(repo) as server:  # sam3-serve's server: stubs import OpenVINO
 print("ran")
 """
 
+# Imports the libraries, then lives until their telemetry shows in all three guards (what the
+# test reads below; at most 120 s, after which the test fails naming what is missing).
+UNTIL_TELEMETRY_SEEN = """
+import sys, time
+from pathlib import Path
+import openvino, onnxruntime
+
+log, home, trace = map(Path, sys.argv[1:4])
+
+def seen():
+    events = log / "events.jsonl"
+    python = events.exists() and "www.google-analytics.com" in events.read_text()
+    dns = trace.exists() and "htons(53)" in trace.read_text(errors="replace")
+    return python and dns and any(p.is_file() for p in (home / "intel").rglob("*"))
+
+end = time.monotonic() + 120
+while not seen() and time.monotonic() < end:
+    time.sleep(0.05)
+"""
+
 
 @pytest.mark.needs_tritonserver  # the script starts sam3-serve's TritonServer
 def test_the_embedded_engine_and_sam3_serve_stay_on_loopback(tiny_repository, tmp_path):
@@ -56,8 +76,9 @@ def test_the_guards_see_telemetry_when_it_is_not_declined(tmp_path):
     (OpenVINO's telemetry resolving its collector and writing ~/intel; ONNX Runtime's uploader
     looking up its collector from a native thread, seen by strace alone)."""
     env, home, log = watched_environment(tmp_path)
-    code = "import openvino, onnxruntime, time; time.sleep(15)"
-    done, trace = run_watched([sys.executable, "-c", code], env, tmp_path)
+    trace = tmp_path / "strace.log"  # where run_watched has strace write
+    command = [sys.executable, "-c", UNTIL_TELEMETRY_SEEN, str(log), str(home), str(trace)]
+    done, trace = run_watched(command, env, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "www.google-analytics.com" in python_addresses(log)
     assert any(f.startswith("intel/") for f in files_under(home))

@@ -347,12 +347,16 @@ def eight_cpus(monkeypatch):
     rle_kernels.set_threads(0)
 
 
-def threads_used(items: int) -> set[int]:
+def threads_used(items: int, at_once: int) -> set[int]:
+    """The threads that ran `items` tasks, each of which waits until `at_once` tasks run: the
+    pool must run that many at once (else the barrier breaks), and starts a thread per task
+    while all of its threads wait."""
     import threading
-    import time
+
+    together = threading.Barrier(at_once, timeout=60)
 
     def one(_):
-        time.sleep(0.05)  # every task waits: the pool starts as many threads as it may
+        together.wait()
         return threading.get_ident()
 
     return set(rle_kernels.spread(one, list(range(items))))
@@ -362,12 +366,12 @@ def test_the_mask_kernels_use_at_most_the_threads_asked_for(eight_cpus):
     import threading
 
     assert rle_kernels.workers() == 8
-    assert len(threads_used(6)) == 6  # no limit: one thread per task, up to the CPUs
+    assert len(threads_used(6, at_once=6)) == 6  # no limit: one thread per task, up to the CPUs
     rle_kernels.set_threads(2)
     assert rle_kernels.workers() == 2
-    assert len(threads_used(6)) == 2
+    assert len(threads_used(6, at_once=2)) == 2
     rle_kernels.set_threads(1)
-    assert threads_used(6) == {threading.get_ident()}  # one thread: the caller's
+    assert threads_used(6, at_once=1) == {threading.get_ident()}  # one thread: the caller's
     rle_kernels.set_threads(32)
     assert rle_kernels.workers() == 8  # never more than the CPUs the process may use
     rle_kernels.set_threads(0)

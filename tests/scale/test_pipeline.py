@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import types
 
 import numpy as np
@@ -33,17 +32,21 @@ def test_four_in_flight_give_the_serial_detections(local_client, s2_rgb_paths):
     np.testing.assert_array_equal(scene_labels(serial), scene_labels(parallel))
 
 
-class _Slow:
-    """A stub client whose tiles are objects counted while alive; each request takes 20 ms."""
+class _Gated:
+    """A stub client whose tiles are objects counted while alive. A scene runs its first tile
+    alone (measured, see budget.py); the requests after it wait until `at_once` of them run
+    together (a pipeline that never runs that many breaks the wait), then all pass."""
 
     image_size = 32
     model_id = "stub"
     manifest = types.SimpleNamespace(max_keywords=4)
     engine = types.SimpleNamespace(concurrency=lambda: 1)  # the Engine member scenes read
 
-    def __init__(self) -> None:
+    def __init__(self, at_once: int) -> None:
+        self.at_once = at_once
         self.lock = threading.Lock()
-        self.alive = self.peak_alive = self.running = self.peak_running = 0
+        self.together = threading.Event()
+        self.alive = self.peak_alive = self.running = self.peak_running = self.calls = 0
 
     def prepare(self, rgb):
         client = self
@@ -67,21 +70,28 @@ class _Slow:
         from napari_sam3.client.results import empty_result
 
         with self.lock:
+            self.calls += 1
+            first = self.calls == 1
             self.running += 1
             self.peak_running = max(self.peak_running, self.running)
-        time.sleep(0.02)
-        with self.lock:
-            self.running -= 1
+            if self.running >= self.at_once:
+                self.together.set()
+        try:
+            if not first and not self.together.wait(timeout=60):
+                raise RuntimeError(f"{self.at_once} requests never ran at once")
+        finally:
+            with self.lock:
+                self.running -= 1
         return empty_result()
 
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_tiles_held_stay_bounded(tmp_path, geotiff, n):
     path = geotiff(tmp_path / "big.tif", np.full((3, 320, 320), 120, np.uint8))
-    stub = _Slow()
+    stub = _Gated(at_once=n)
     frame = segment_scene(stub, path, "x", tile_size=32, overlap=0, in_flight=n, progress=False)
     assert len(frame.attrs["tiles"]) == 100 and len(frame) == 0
-    assert stub.peak_running == n
+    assert stub.peak_running == n and frame.attrs["timings"]["peak_in_flight"] == n
     assert stub.peak_alive <= n + _READ_AHEAD + 1
 
 

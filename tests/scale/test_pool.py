@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import warnings
 
 import numpy as np
@@ -77,10 +76,8 @@ def test_a_server_killed_mid_scene_loses_nothing_and_rejoins(servers, s2_rgb_pat
     servers["b"] = TritonServer(
         b.repository, grpc_port=b.grpc_port, http_port=b.http_port, log_file=b.log_file
     ).start()
-    deadline = time.monotonic() + 30
-    while not pool.engine.members()[1]["healthy"]:
-        assert time.monotonic() < deadline, f"never rejoined: {pool.engine.members()}"
-        time.sleep(0.2)
+    # the probe's look at b (every 0.5 s) lets it back in
+    assert pool.engine.wait_all_healthy(timeout=60), f"never rejoined: {pool.engine.members()}"
     # another prompt: the client's own answer cache would serve a repeat without requests
     segment_scene(pool, s2_rgb_paths, **{**OPTIONS, "prompt": "road"}, progress=False)
     assert pool.engine.members()[1]["served"] > before + 3
@@ -102,8 +99,13 @@ def test_an_unreachable_server_among_several_is_warned_once(servers, s2_rgb_path
 
 def test_all_servers_down_is_a_clear_error_after_the_connect_timeout():
     dead = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    t0 = time.monotonic()
-    with pytest.raises(ConnectionError, match="none of the 2 Triton servers is ready") as info:
-        Sam3Client(dead, connect_timeout=2)
-    assert 2 <= time.monotonic() - t0 < 15
-    assert all(d in str(info.value) for d in dead)
+    with pytest.raises(ConnectionError) as info:
+        Sam3Client(dead, connect_timeout=0.5)
+    message = str(info.value)
+    assert message.startswith(
+        f"none of the 2 Triton servers is ready ({dead[0]}, {dead[1]}) within 0.5 s: "
+    )
+    # each server's own wait ran out, refused
+    for address in dead:
+        assert f"{address}: no ready Triton server at {address} within 0.5 s (" in message
+    assert message.count("refused") == 2

@@ -4,7 +4,6 @@ keeps to it: the tiles in flight and the queries per request, with the detection
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -91,15 +90,19 @@ def test_the_feature_cache_gets_what_the_work_leaves_of_the_budget():
 
 class _CountingStub:
     """The scene conftest's stub, answering like Sam3Client (`mask_bytes`: the runs of every
-    mask answered) and slow enough for requests to overlap; it counts what runs at once."""
+    mask answered); it counts what runs at once. With `wait_for_company`, a request of several
+    queries (made only once a tile was measured) waits until two requests run together: a plan
+    that never overlaps the tiles breaks the wait instead of passing by chance."""
 
-    def __init__(self, base, mask_bytes: int) -> None:
+    def __init__(self, base, mask_bytes: int, wait_for_company: bool = False) -> None:
         self.base, self.mask_bytes = base, mask_bytes
         self.image_size, self.model_id = base.image_size, base.model_id
         self.manifest, self.engine = base.manifest, base.engine
         self.lock = threading.Lock()
         self.running = self.most_running = 0
         self.sizes: list[int] = []
+        self.wait_for_company = wait_for_company
+        self.together = threading.Event()
 
     def prepare(self, rgb):
         return rgb
@@ -112,11 +115,17 @@ class _CountingStub:
             self.running += 1
             self.most_running = max(self.most_running, self.running)
             self.sizes.append(len(keywords))
-        time.sleep(0.05)
-        frame = self.base.multi(image, keywords, **options)
+            if self.running > 1:
+                self.together.set()
+        try:
+            if self.wait_for_company and len(keywords) > 1:
+                if not self.together.wait(timeout=60):
+                    raise RuntimeError("no two requests ever ran together")
+            frame = self.base.multi(image, keywords, **options)
+        finally:
+            with self.lock:
+                self.running -= 1
         frame.attrs["mask_bytes"] = self.mask_bytes * len(keywords)
-        with self.lock:
-            self.running -= 1
         return frame
 
 
@@ -137,7 +146,7 @@ def test_a_run_keeps_the_tiles_in_flight_and_the_queries_per_request_within_its_
     runs = {}
     for name, budget in (("roomy", 8 * GIB), ("tight", MIN_BUDGET)):
         # each query answers 30 MiB of runs: 150 MiB of work, beyond the tight budget
-        stub = _CountingStub(make_stub(), mask_bytes=30 * 2**20)
+        stub = _CountingStub(make_stub(), 30 * 2**20, wait_for_company=name == "roomy")
         frame = segment_scene(
             stub, path, keywords=keywords, tile_size=64, overlap=8, in_flight=4,
             memory_budget=budget, progress=False,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -98,5 +97,5 @@ def test_a_stub_that_cannot_come_back_is_reported_and_the_server_stopped(sam3_se
     assert contract.TEXT in line and "gone for good" in line, line
     assert serve.process.wait(60) == 1
     assert not _wait_gone([server, *stubs], timeout=30)
-    time.sleep(0.5)
+    # sam3-serve removed its server's regions before it exited
     assert not [r for r in regions if os.path.exists(f"/dev/shm/{r}")]

@@ -29,6 +29,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -96,11 +97,20 @@ class ByteLRU:
     """A thread-safe LRU of dicts of arrays, bounded in bytes and by a TTL, with statistics.
 
     `get_or_compute` computes a missing key once while other threads asking for the same key
-    wait for it (at worst twice, if the first entry was evicted before they woke).
+    wait for it (at worst twice, if the first entry was evicted before they woke). The TTL
+    counts the seconds of `clock` (a test gives its own).
     """
 
-    def __init__(self, max_bytes: int, ttl_s: float, item_bytes: int = 0, what: str = "") -> None:
+    def __init__(
+        self,
+        max_bytes: int,
+        ttl_s: float,
+        item_bytes: int = 0,
+        what: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.item_bytes, self.what = int(item_bytes), what
+        self._clock = clock
         self.max_bytes, self.ttl_s = self._checked(max_bytes), float(ttl_s)
         self._items: OrderedDict[str, tuple[float, int, dict]] = OrderedDict()
         self._inflight: dict[str, threading.Event] = {}
@@ -133,7 +143,7 @@ class ByteLRU:
             self.expired += 1
 
     def _lookup(self, key: str, count: bool = True) -> dict | None:
-        now = time.monotonic()
+        now = self._clock()
         self._expire(now)
         item = self._items.get(key)
         if item is None:
@@ -153,7 +163,7 @@ class ByteLRU:
     def holds(self, key: str) -> bool:
         """Whether `key` is held, without touching the order or the counts."""
         with self._lock:
-            self._expire(time.monotonic())
+            self._expire(self._clock())
             return key in self._items
 
     def put(self, key: str, value: dict) -> bool:
@@ -164,9 +174,9 @@ class ByteLRU:
                 return False
             if key in self._items:
                 self._drop(key)
-            self._expire(time.monotonic())
+            self._expire(self._clock())
             self._evict_to(self.max_bytes - size)
-            self._items[key] = (time.monotonic(), size, value)
+            self._items[key] = (self._clock(), size, value)
             self.bytes += size
             return True
 
@@ -215,7 +225,7 @@ class ByteLRU:
 
     def info(self) -> dict:
         with self._lock:
-            self._expire(time.monotonic())
+            self._expire(self._clock())
             return {
                 "entries": len(self._items),
                 "bytes": self.bytes,

@@ -169,7 +169,7 @@ class PoolEngine:
             detail = "; ".join(f"{a}: {e}" for a, e in errors.items())
             raise ConnectionError(
                 f"none of the {len(self._members)} Triton servers is ready "
-                f"({', '.join(self.addresses)}) within {self.connect_timeout:.0f} s: {detail}"
+                f"({', '.join(self.addresses)}) within {self.connect_timeout:g} s: {detail}"
             )
         for member in self._members:
             if member.engine is None:
@@ -368,6 +368,16 @@ class PoolEngine:
                 }
                 for m in self._members
             ]
+
+    def wait_all_healthy(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for every server to be in the pool (a server that left
+        rejoins at the probe's next look); whether they all are."""
+        with self._cond:
+            everyone = len(self._members)
+            self._cond.wait_for(
+                lambda: self._closed or len(self._healthy()) == everyone, timeout=timeout
+            )
+            return not self._closed and len(self._healthy()) == everyone
 
     def concurrency(self) -> int:
         """Requests worth having in flight: each healthy server's encoder instances plus one

@@ -327,8 +327,8 @@ class TritonEngine:
                 if status == TIMED_OUT:
                     raise RequestTimeout(
                         f"Triton at {self.address} did not finish {what} within "
-                        f"{min(per_try, left):.0f} s (the server answers, so it is busy or the "
-                        "request is very large); raise request_timeout (--request-timeout)"
+                        f"{round(min(per_try, left), 2):g} s (the server answers, so it is busy "
+                        "or the request is very large); raise request_timeout (--request-timeout)"
                     ) from None
                 if status in TRANSIENT:
                     if attempt < self.retries and time.monotonic() + delay < end:
