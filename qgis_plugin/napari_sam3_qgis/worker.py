@@ -13,6 +13,7 @@ nothing is written for a cancelled raster. Exit codes: 0 done, 1 failed, 2 refus
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -343,4 +344,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    code = main(sys.argv)
+    # The job is over and its files are closed. The provider waits for this process to end, and
+    # the interpreter's teardown spent 0.6 s (of 4.4 s for a tiny-model job) collecting garbage
+    # cycles among the libraries' objects, for nothing: frozen, they are skipped.
+    gc.freeze()
+    raise SystemExit(code)

@@ -6,8 +6,11 @@ kernel gets this process's environment explicitly, so it inherits pytest-xvfb's 
 plus:
 
 - `NAPARI_SAM3_MODELS`: the tiny repository (`--flavor python --device cpu`, which the embedded
-  engine and the CPU Triton server both run): `$SAM3_TINY_REPOSITORY` if set, else the suite's
-  session-wide `tiny_repository` export;
+  engine and the CPU Triton server both run): `$SAM3_TINY_REPOSITORY` if set, else a copy of
+  the suite's session-wide `tiny_repository` export whose Triton graphs compute at `auto`, as
+  the notebooks' own export (sam3-export's defaults) writes them. The notebooks' embedded
+  engine runs at its default, `auto`, and 04 checks that the server answers as it does; the
+  suite's repository pins fp32 for Triton (tests/conftest.py SUITE_PRECISION);
 - `NAPARI_SAM3_NOTEBOOK_OUT`: a temporary folder for the files the notebooks write;
 - `NAPARI_APPLICATION_IPY_INTERACTIVE=false`: without it, a kernel that creates a napari viewer
   hung intermittently (docs: field notes).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -60,11 +64,20 @@ def _params():
 
 
 @pytest.fixture(scope="session")
-def notebook_models(request) -> Path:
+def notebook_models(request, tmp_path_factory) -> Path:
     given = os.environ.get("SAM3_TINY_REPOSITORY")
     if given:
         return Path(given)
-    return Path(request.getfixturevalue("tiny_repository"))
+    require("sam3_export")
+    from napari_sam3.core import contract
+    from sam3_export.triton_repo import write_repository
+
+    out = tmp_path_factory.mktemp("notebook_models") / "random-tiny"
+    suite = Path(request.getfixturevalue("tiny_repository"))
+    shutil.copytree(suite, out, ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = contract.load_manifest(out)
+    write_repository(out, manifest, flavor="python", device="cpu", precision="auto")
+    return out
 
 
 def _kernel_env(models: Path, out: Path) -> dict[str, str]:
@@ -124,6 +137,10 @@ def test_notebook_runs(path: Path, notebook_models: Path, tmp_path: Path):
         kernel_name="python3",
         timeout=CELL_TIMEOUT,
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+        # Ended at once (its process group killed) once run: a kernel's own teardown took 1-2 s
+        # a notebook. One that starts a server ends gracefully, so that the server.stop it
+        # registered with atexit runs.
+        shutdown_kernel="graceful" if _uses(path, "napari_sam3.serving") else "immediate",
     )
     started = time.monotonic()
     try:

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import rasterio
 
+from napari_sam3.runtime.onnx_runner import default_cache_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 QGIS_PYTHON = "/usr/bin/python3"  # the interpreter Debian's QGIS embeds
 DRIVER = Path(__file__).with_name("processing_driver.py")
@@ -54,6 +56,10 @@ def qgis_env(tmp_path_factory) -> dict[str, str]:
     assert done.returncode == 0, done.stdout + done.stderr
     env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("NAPARI_SAM3_BIN_DIR")
+    # The worker's compiled-model cache is this test run's own (OpenVINO's, under the user's
+    # cache folder, as the analyst's second run finds it): without it each session compiled the
+    # tiny graphs again in the new HOME.
+    env["XDG_CACHE_HOME"] = str(default_cache_dir().parents[1])
     return env
 
 

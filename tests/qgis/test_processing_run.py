@@ -14,12 +14,17 @@ from napari_sam3.prompts.concept import Concept
 from .conftest import QGIS_PYTHON, processing_run
 from .test_qgis_process import PROVENANCE, exemplar_file, pixel_box
 
+PYTHON_SETTING = "Processing/Configuration/NAPARI_SAM3_PYTHON"
+
 
 @pytest.fixture(scope="module")
 def runs(qgis_env, profile, s2_tif, s2_folder, tiny_repository, tmp_path_factory):
-    """All five algorithms in one QgsApplication, outputs in formats other than GeoPackage."""
+    """Every run of this module in one QgsApplication (one driver, one QGIS start): the five
+    algorithms writing formats other than GeoPackage, two runs cancelled through their feedback,
+    four refused runs and one that finds nothing. The driver's answers by name, and the paths."""
     tmp = tmp_path_factory.mktemp("processing_run")
-    model = {"MODELS": str(tiny_repository), "SCORE_THR": 0, "MAX_DET": 4}
+    # the suite's precision (tests/conftest.py SUITE_PRECISION): one compiled model for all runs
+    model = {"MODELS": str(tiny_repository), "PRECISION": "fp32", "SCORE_THR": 0}
     exemplars = exemplar_file(
         tmp / "trees.gpkg", [pixel_box(5, 5, 30, 30), pixel_box(50, 40, 90, 80)], [1, 0]
     )
@@ -29,24 +34,54 @@ def runs(qgis_env, profile, s2_tif, s2_folder, tiny_repository, tmp_path_factory
         "concept": tmp / "trees.npz",
         "applied": tmp / "applied.gpkg",
         "folder": tmp / "folder",
+        "cancelled": tmp / "cancelled.gpkg",
+        "cancelled folder": tmp / "cancelled_folder",
+        "never": tmp / "never.gpkg",
+        "empty": tmp / "empty.gpkg",
+        "no python": tmp / "no",
     }
     raster = {"INPUT": str(s2_tif)}
-    steps = [
-        ("segment_text", {**raster, "KEYWORDS": "building; road", "OUTPUT": out["text"]}),
-        ("segment_exemplars", {**raster, "EXEMPLARS": exemplars, "EXEMPLAR_FIELD": "positive",
-                               "OUTPUT": out["exemplars"]}),
-        ("encode_concept", {**raster, "EXEMPLARS": exemplars, "EXEMPLAR_FIELD": "positive",
-                            "OUTPUT": out["concept"]}),
-        ("apply_concept", {**raster, "CONCEPTS": [out["concept"]], "OUTPUT": out["applied"]}),
-        ("segment_folder", {"INPUT_FOLDER": s2_folder, "KEYWORDS": "water", "FORMAT": 4,
-                            "OUTPUT_FOLDER": out["folder"]}),
+    written = {**model, "MAX_DET": 4}
+    refused = {**raster, "KEYWORDS": "building", "OUTPUT": out["never"]}
+    steps = [  # name, algorithm, parameters, the driver's options
+        ("segment_text", "segment_text",
+         {**raster, "KEYWORDS": "building; road", "OUTPUT": out["text"], **written}, {}),
+        ("segment_exemplars", "segment_exemplars",
+         {**raster, "EXEMPLARS": exemplars, "EXEMPLAR_FIELD": "positive",
+          "OUTPUT": out["exemplars"], **written}, {}),
+        ("encode_concept", "encode_concept",
+         {**raster, "EXEMPLARS": exemplars, "EXEMPLAR_FIELD": "positive",
+          "OUTPUT": out["concept"], **written}, {}),
+        ("apply_concept", "apply_concept",
+         {**raster, "CONCEPTS": [out["concept"]], "OUTPUT": out["applied"], **written}, {}),
+        ("segment_folder", "segment_folder",
+         {"INPUT_FOLDER": s2_folder, "KEYWORDS": "water", "FORMAT": 4,
+          "OUTPUT_FOLDER": out["folder"], **written}, {}),
+        # cancelled once the first tile's progress is reported
+        ("cancelled text", "segment_text",
+         {**raster, "KEYWORDS": "building", "OUTPUT": out["cancelled"], **model},
+         {"cancel_at": 1}),
+        ("cancelled folder", "segment_folder",
+         {"INPUT_FOLDER": s2_folder, "KEYWORDS": "building",
+          "OUTPUT_FOLDER": out["cancelled folder"], **model}, {"cancel_at": 1}),
+        ("server down", "segment_text",
+         {**refused, "SERVER": "127.0.0.1:1", "CONNECT_TIMEOUT": 1}, {}),
+        ("extent outside", "segment_text",
+         {**refused, **model, "EXTENT": "0,1,0,1 [EPSG:32633]"}, {}),
+        ("no python", "segment_text",
+         {**refused, **model}, {"settings": {PYTHON_SETTING: str(out["no python"])}}),
+        ("bare python", "segment_text",  # QGIS's own Python has no napari_sam3
+         {**refused, **model}, {"settings": {PYTHON_SETTING: QGIS_PYTHON}}),
+        ("nothing found", "segment_text",  # not an error: an empty layer with every field
+         {**raster, "KEYWORDS": "building", "OUTPUT": out["empty"], **model, "SCORE_THR": 1.0},
+         {}),
     ]  # fmt: skip
     spec = [
-        {"algorithm": f"napari_sam3:{name}", "parameters": _plain({**params, **model})}
-        for name, params in steps
+        {"algorithm": f"napari_sam3:{algorithm}", "parameters": _plain(parameters), **options}
+        for _, algorithm, parameters, options in steps
     ]
     done = processing_run(qgis_env, profile, spec, tmp)
-    return {name: result for (name, _), result in zip(steps, done, strict=True)}, out
+    return {name: result for (name, *_), result in zip(steps, done, strict=True)}, out
 
 
 def _plain(parameters: dict) -> dict:
@@ -103,46 +138,17 @@ def test_segment_folder(runs, local_client):
         assert set(gdf["source"]) == {f"{name}.tif"}
 
 
-def test_cancel_stops_between_tiles_and_leaves_no_output(
-    qgis_env, profile, s2_tif, s2_folder, tiny_repository, tmp_path
-):
-    out = tmp_path / "cancelled.gpkg"
-    folder = tmp_path / "folder"
-    model = {"MODELS": str(tiny_repository), "SCORE_THR": 0}
-    text, batch = processing_run(
-        qgis_env,
-        profile,
-        [
-            {
-                "algorithm": "napari_sam3:segment_text",
-                "parameters": {
-                    "INPUT": str(s2_tif),
-                    "KEYWORDS": "building",
-                    "OUTPUT": str(out),
-                    **model,
-                },
-                "cancel_at": 1,  # the first tile's progress
-            },
-            {
-                "algorithm": "napari_sam3:segment_folder",
-                "parameters": {
-                    "INPUT_FOLDER": str(s2_folder),
-                    "KEYWORDS": "building",
-                    "OUTPUT_FOLDER": str(folder),
-                    **model,
-                },
-                "cancel_at": 1,
-            },
-        ],  # fmt: skip
-        tmp_path,
-    )
+def test_cancel_stops_between_tiles_and_leaves_no_output(runs):
+    done, out = runs
+    text, batch = done["cancelled text"], done["cancelled folder"]
     assert text["canceled"] and not text["ok"]
     assert text["error"].startswith("Cancelled (s2.tif: after tile ")
     stopped, total = map(int, re.search(r"after tile (\d+) of (\d+)", text["error"]).groups())
     assert 1 <= stopped < total == 15  # it stopped early, at a tile boundary
     assert max(text["progress"]) < 100
-    assert not out.exists()
+    assert not out["cancelled"].exists()
 
+    folder = out["cancelled folder"]
     assert batch["canceled"] and not batch["ok"]
     assert batch["error"].startswith("Cancelled (north.tif: after tile ")
     assert sorted(p.name for p in folder.iterdir()) in ([], ["napari-sam3-journal.json"])
@@ -150,57 +156,17 @@ def test_cancel_stops_between_tiles_and_leaves_no_output(
         assert json.loads((folder / "napari-sam3-journal.json").read_text())["scenes"] == {}
 
 
-def test_bad_input_is_a_processing_exception_with_the_library_message(
-    qgis_env, profile, s2_tif, tiny_repository, tmp_path
-):
-    out = tmp_path / "never.gpkg"
-    base = {"INPUT": str(s2_tif), "KEYWORDS": "building", "OUTPUT": str(out)}
-    empty = tmp_path / "empty.gpkg"
-    down, outside, no_python, bare_python, nothing = processing_run(
-        qgis_env,
-        profile,
-        [
-            {
-                "algorithm": "napari_sam3:segment_text",
-                "parameters": {**base, "SERVER": "127.0.0.1:1", "CONNECT_TIMEOUT": 1},
-            },
-            {
-                "algorithm": "napari_sam3:segment_text",
-                "parameters": {
-                    **base,
-                    "MODELS": str(tiny_repository),
-                    "EXTENT": "0,1,0,1 [EPSG:32633]",
-                },
-            },
-            {
-                "algorithm": "napari_sam3:segment_text",
-                "parameters": {**base, "MODELS": str(tiny_repository)},
-                "settings": {"Processing/Configuration/NAPARI_SAM3_PYTHON": str(tmp_path / "no")},
-            },
-            {  # QGIS's own Python has no napari_sam3
-                "algorithm": "napari_sam3:segment_text",
-                "parameters": {**base, "MODELS": str(tiny_repository)},
-                "settings": {"Processing/Configuration/NAPARI_SAM3_PYTHON": QGIS_PYTHON},
-            },
-            {  # not an error: nothing found is an empty layer with every field
-                "algorithm": "napari_sam3:segment_text",
-                "parameters": {
-                    **base,
-                    "MODELS": str(tiny_repository),
-                    "SCORE_THR": 1.0,
-                    "OUTPUT": str(empty),
-                },
-            },
-        ],  # fmt: skip
-        tmp_path,
-    )
+def test_bad_input_is_a_processing_exception_with_the_library_message(runs):
+    done, out = runs
+    down, outside = done["server down"], done["extent outside"]
+    no_python, bare_python, nothing = done["no python"], done["bare python"], done["nothing found"]
     assert not down["ok"] and "no ready Triton server at 127.0.0.1:1" in down["error"]
     assert not outside["ok"] and "does not overlap the raster s2.tif" in outside["error"]
     assert not no_python["ok"]
-    assert f"napari-sam3's Python was not found at {tmp_path / 'no'}" in no_python["error"]
-    assert not out.exists()
+    assert f"napari-sam3's Python was not found at {out['no python']}" in no_python["error"]
+    assert not out["never"].exists()
     assert not bare_python["ok"]
     assert f"{QGIS_PYTHON} cannot import napari_sam3" in bare_python["error"]
     assert nothing["ok"], nothing
-    gdf = gpd.read_file(empty)
+    gdf = gpd.read_file(out["empty"])
     assert len(gdf) == 0 and PROVENANCE <= set(gdf.columns) and gdf.crs.to_epsg() == 32633

@@ -50,21 +50,38 @@ def check_layer(path, model_id, source="s2.tif"):
     return gdf
 
 
-def test_segment_text_is_the_library_run_with_provenance_in_the_raster_crs(
-    qgis_env, s2_tif, tiny_repository, local_client, tmp_path
-):
-    out = tmp_path / "out.gpkg"
+# OSGeo4W and QGIS.app point GDAL_DATA / PROJ_LIB at QGIS's own (older) data; the library's
+# wheels must keep theirs (with PROJ's older proj.db, their CRS lookups fail).
+QGIS_OWN_DATA = {"GDAL_DATA": "/usr/share/gdal", "PROJ_LIB": "/usr/share/proj",
+                 "PROJ_DATA": "/usr/share/proj"}  # fmt: skip
+MEMORY_GIB = 0.5
+
+
+@pytest.fixture(scope="module")
+def text_run(qgis_env, s2_tif, tiny_repository, tmp_path_factory):
+    """One segment_text run that three tests read: verbose (the worker's own log shown), with
+    QGIS's own GDAL and PROJ data in its environment and a memory budget."""
+    out = tmp_path_factory.mktemp("segment_text") / "out.gpkg"
     done = qgis_process(
-        qgis_env,
+        {**qgis_env, **QGIS_OWN_DATA},
         "napari_sam3:segment_text",
+        verbose=True,
         INPUT=s2_tif,
         KEYWORDS="building,water",
         MODELS=tiny_repository,
         PRECISION="fp32",  # local_client's
         SCORE_THR=0,
         MAX_DET=5,
+        MEMORY_GIB=MEMORY_GIB,
         OUTPUT=out,
     )
+    return done, out
+
+
+def test_segment_text_is_the_library_run_with_provenance_in_the_raster_crs(
+    text_run, s2_tif, local_client
+):
+    done, out = text_run
     assert results(done)["OUTPUT"] == str(out)
     gdf = check_layer(out, local_client.model_id)
     assert set(gdf["keyword"]) == {"building", "water"}
@@ -74,21 +91,26 @@ def test_segment_text_is_the_library_run_with_provenance_in_the_raster_crs(
     assert left <= x1 and x2 <= right and bottom <= y1 and y2 <= top
     # the same objects as the library's own scene run: the provider adds no logic of its own
     df = segment_scene(
-        local_client, s2_tif, keywords=["building", "water"], score_thr=0, max_det=5, progress=False
-    )
+        local_client, s2_tif, keywords=["building", "water"], score_thr=0, max_det=5,
+        memory_budget=int(MEMORY_GIB * 2**30), progress=False,
+    )  # fmt: skip
     assert len(gdf) == len(df)
     np.testing.assert_allclose(np.sort(gdf["score"]), np.sort(df["score"]), rtol=1e-5)
 
 
-def test_memory_budget_is_the_library_s_and_said(qgis_env, s2_tif, tiny_repository, tmp_path):
-    out = tmp_path / "out.gpkg"
-    done = qgis_process(
-        qgis_env, "napari_sam3:segment_text", verbose=True, INPUT=s2_tif, KEYWORDS="field",
-        MODELS=tiny_repository, SCORE_THR=0, MEMORY_GIB=0.5, OUTPUT=out,
-    )  # fmt: skip
+def test_memory_budget_is_the_library_s_and_said(text_run):
+    done, out = text_run
     results(done)
     assert "memory budget 512.00 MiB: " in done.stdout + done.stderr
     assert out.is_file()
+
+
+def test_qgis_own_gdal_and_proj_data_do_not_reach_the_worker(text_run, local_client):
+    done, out = text_run
+    results(done)
+    assert "worker.py" in done.stdout + done.stderr  # the worker's own log is shown
+    assert "It comes from another PROJ installation" not in done.stdout + done.stderr
+    check_layer(out, local_client.model_id)
 
 
 def test_bands_and_min_area_are_the_library_s(
@@ -137,7 +159,7 @@ def test_extent_limits_the_run_to_the_pixels_inside_it(
     done = qgis_process(
         qgis_env, "napari_sam3:segment_text", INPUT=s2_tif, KEYWORDS="building",
         EXTENT=",".join(map(str, window)) + " [EPSG:32633]", MODELS=tiny_repository,
-        SCORE_THR=0, OUTPUT=out,
+        PRECISION="fp32", SCORE_THR=0, OUTPUT=out,
     )  # fmt: skip
     results(done)
     gdf = check_layer(out, local_client.model_id)  # the source is still the raster's name
@@ -160,6 +182,7 @@ def test_segment_exemplars_takes_a_layer_in_another_crs_with_negatives(
         EXEMPLAR_FIELD="positive",
         KEYWORDS="water",
         MODELS=tiny_repository,
+        PRECISION="fp32",
         SCORE_THR=0,
         OUTPUT=out,
     )
@@ -180,6 +203,7 @@ def test_encode_concept_then_apply_it(qgis_env, s2_tif, tiny_repository, local_c
         INPUT=s2_tif,
         EXEMPLARS=exemplars,
         MODELS=tiny_repository,
+        PRECISION="fp32",
         OUTPUT=concept,
     )
     assert results(done)["OUTPUT"] == str(concept)
@@ -193,6 +217,7 @@ def test_encode_concept_then_apply_it(qgis_env, s2_tif, tiny_repository, local_c
         INPUT=s2_tif,
         CONCEPTS=[concept],
         MODELS=tiny_repository,
+        PRECISION="fp32",
         SCORE_THR=0,
         OUTPUT=out,
     )
@@ -209,6 +234,7 @@ def test_segment_folder_writes_one_output_per_raster_and_resumes(
         INPUT_FOLDER=s2_folder,
         KEYWORDS="building",
         MODELS=tiny_repository,
+        PRECISION="fp32",
         SCORE_THR=0,
         MAX_DET=3,
         OUTPUT_FOLDER=out,
@@ -224,24 +250,6 @@ def test_segment_folder_writes_one_output_per_raster_and_resumes(
     again = results(qgis_process(qgis_env, "napari_sam3:segment_folder", **args))
     assert (again["DONE"], again["SKIPPED"], again["FAILED"]) == (0, 2, 0)
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.gpkg")} == stamps
-
-
-def test_qgis_own_gdal_and_proj_data_do_not_reach_the_worker(
-    qgis_env, s2_tif, tiny_repository, local_client, tmp_path
-):
-    """OSGeo4W and QGIS.app point GDAL_DATA / PROJ_LIB at QGIS's own (older) data; the library's
-    wheels must keep theirs (with PROJ's older proj.db, their CRS lookups fail)."""
-    env = {**qgis_env, "GDAL_DATA": "/usr/share/gdal", "PROJ_LIB": "/usr/share/proj",
-           "PROJ_DATA": "/usr/share/proj"}  # fmt: skip
-    out = tmp_path / "out.gpkg"
-    done = qgis_process(
-        env, "napari_sam3:segment_text", verbose=True, INPUT=s2_tif, KEYWORDS="water",
-        MODELS=tiny_repository, SCORE_THR=0, MAX_DET=2, OUTPUT=out,
-    )  # fmt: skip
-    results(done)
-    assert "worker.py" in done.stdout + done.stderr  # the worker's own log is shown
-    assert "It comes from another PROJ installation" not in done.stdout + done.stderr
-    check_layer(out, local_client.model_id)
 
 
 def _free_port() -> int:
