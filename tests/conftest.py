@@ -131,7 +131,7 @@ TINY_REPOSITORY_ENV = "SAM3_TEST_TINY_REPOSITORY"
 
 
 def _given_tiny_repository(folder: Path) -> Path:
-    """`folder` if it is what the fixture below exports (seed 0, python flavor, fp32)."""
+    """`folder` if it is what the fixture below exports (seed 0, python flavor, SUITE_PRECISION)."""
     from napari_sam3.core import contract
     from napari_sam3.runtime.engines.model_config import load_model_configs
 
@@ -151,7 +151,7 @@ def _given_tiny_repository(folder: Path) -> Path:
         },
     }
     wanted = {"size": "tiny", "seed": 0, "random_weights": True, "flavor": "python",
-              "device": "cpu", "precision": {"fp32"}}  # fmt: skip
+              "device": "cpu", "precision": {SUITE_PRECISION}}  # fmt: skip
     if found != wanted:
         pytest.fail(f"{TINY_REPOSITORY_ENV}={folder} is {found}, not {wanted}", pytrace=False)
     return folder
