@@ -211,6 +211,19 @@ def s2_crop(s2_rgb_paths):
     return read_raster(s2_rgb_paths, window=np.s_[100:400, 200:620])
 
 
+@pytest.fixture(scope="session")
+def crop_tif(s2_crop, tmp_path_factory) -> Path:
+    """`s2_crop` as a 3-band GeoTIFF in its CRS (no nodata): a scene of one tiny-model tile."""
+    import rasterio
+
+    path = tmp_path_factory.mktemp("crop_tif") / "crop.tif"
+    _, rows, cols = s2_crop.data.shape
+    profile = dict(driver="GTiff", count=3, height=rows, width=cols, dtype="uint16")
+    with rasterio.open(path, "w", crs=s2_crop.crs, transform=s2_crop.transform, **profile) as ds:
+        ds.write(s2_crop.data)
+    return path
+
+
 class ServeProcess:
     """A `sam3-serve` command run as a real subprocess; its output lines are read as they come."""
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-import rasterio
 
 from napari_sam3 import Sam3Client
 from napari_sam3.client.parity import compare_candidates, compare_detections
@@ -156,17 +155,6 @@ def test_interactive_prompts(clients, side, s2_crop):
     for step in steps:
         ref, got = (step(s) for s in sessions)
         check_candidates(ref, got, side)
-
-
-@pytest.fixture(scope="module")
-def crop_tif(s2_crop, tmp_path_factory):
-    """The Sentinel-2 crop as a 3-band GeoTIFF: a scene of one tile."""
-    path = tmp_path_factory.mktemp("parity_scene") / "crop.tif"
-    _, rows, cols = s2_crop.data.shape
-    profile = dict(driver="GTiff", count=3, height=rows, width=cols, dtype="uint16")
-    with rasterio.open(path, "w", crs=s2_crop.crs, transform=s2_crop.transform, **profile) as ds:
-        ds.write(s2_crop.data)
-    return path
 
 
 def test_a_scene_run(clients, side, crop_tif):

@@ -14,17 +14,6 @@ from napari_sam3.scene import scene_labels, segment_scene, write_scene
 
 
 @pytest.fixture(scope="module")
-def crop_tif(s2_crop, tmp_path_factory):
-    """The 300 x 420 true-colour crop as a 3-band GeoTIFF (no nodata)."""
-    path = tmp_path_factory.mktemp("scene") / "crop.tif"
-    _, rows, cols = s2_crop.data.shape
-    profile = dict(driver="GTiff", count=3, height=rows, width=cols, dtype="uint16")
-    with rasterio.open(path, "w", crs=s2_crop.crs, transform=s2_crop.transform, **profile) as ds:
-        ds.write(s2_crop.data)
-    return path
-
-
-@pytest.fixture(scope="module")
 def tiled(local_client, s2_rgb_paths):
     """The whole 768 x 1536 scene in 512 px tiles (8 of them), two keywords."""
     return segment_scene(
