@@ -165,6 +165,31 @@ def _given_tiny_repository(folder: Path) -> Path:
 SUITE_PRECISION = "fp32"
 
 
+@pytest.fixture(autouse=True)
+def _precision_is_pinned(request, monkeypatch):
+    """Fails a test that lets this machine decide the precision (`auto` on OpenVINO with the real
+    host): its numbers would be bf16 on one CPU and fp32 on another. Pin SUITE_PRECISION, or mark
+    the test `auto_precision` where the decision itself is what it checks."""
+    if request.node.get_closest_marker("auto_precision"):
+        return
+    from napari_sam3.runtime import host as machine
+    from napari_sam3.runtime import onnx_runner
+
+    decide, real_detect = onnx_runner.choose, machine.detect
+
+    def pinned(graph, runtime="auto", precision="auto", host=None):
+        this_host = host is None and machine.detect is real_detect  # not a described host
+        if precision == "auto" and this_host and runtime in ("auto", onnx_runner.OPENVINO):
+            raise AssertionError(
+                f"{request.node.nodeid} runs {graph} at precision 'auto', which this host "
+                f"decides; pass precision={SUITE_PRECISION!r} (SUITE_PRECISION) or "
+                "--precision fp32, or mark the test auto_precision"
+            )
+        return decide(graph, runtime, precision, host)
+
+    monkeypatch.setattr(onnx_runner, "choose", pinned)
+
+
 @pytest.fixture(scope="session")
 def tiny_repository(tmp_path_factory) -> Path:
     """The tiny random-weight model exported by our own tool, as the `--flavor python --device cpu`

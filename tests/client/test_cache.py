@@ -212,9 +212,9 @@ def test_the_cache_never_holds_more_than_its_bound(tiny_repository, s2_crop):
 def test_a_bound_too_small_for_one_image_is_refused_at_start(tiny_repository):
     one = image_bytes(contract.load_manifest(tiny_repository).sizes)
     with pytest.raises(ValueError, match=rf"{one - 1} bytes holds no image.* {one} bytes"):
-        Sam3Client.local(tiny_repository, cache_bytes=one - 1)
+        Sam3Client.local(tiny_repository, cache_bytes=one - 1, precision="fp32")
     with pytest.raises(ValueError, match="cache_bytes"):
-        Sam3Client.local(tiny_repository, cache_bytes=0)
+        Sam3Client.local(tiny_repository, cache_bytes=0, precision="fp32")
 
 
 @pytest.mark.parametrize("client", ENGINES, indirect=True)

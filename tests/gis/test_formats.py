@@ -151,6 +151,8 @@ def test_cli_format_choices(tmp_path, tiny_repository, s2_scene_tif):
         str(s2_scene_tif),
         "--models",
         str(tiny_repository),
+        "--precision",
+        "fp32",
         "--prompt",
         "building",
         "--score-thr",

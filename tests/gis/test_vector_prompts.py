@@ -143,6 +143,8 @@ def test_no_crs_needs_exemplars_crs(tmp_path, utm21_tif, tiny_repository, capsys
         str(utm21_tif),
         "--models",
         str(tiny_repository),
+        "--precision",
+        "fp32",
         "--quiet",
         "--out",
         str(tmp_path / "o.gpkg"),

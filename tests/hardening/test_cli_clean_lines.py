@@ -96,7 +96,7 @@ def test_workers_on_good_and_bad_rasters_print_one_line_per_failure(
 ):
     out = tmp_path / "out"
     code = main(
-        ["segment", str(rasters), "--prompt", "field", "--models", str(tiny_repository),
+        ["segment", str(rasters), "--prompt", "field", "--models", str(tiny_repository), "--precision", "fp32",
          "--out", str(out), "--workers", "2", "--quiet", "--tile-size", "112"]
     )  # fmt: skip
     captured = capfd.readouterr()
@@ -127,7 +127,7 @@ def test_workers_into_a_read_only_folder_are_refused_in_one_line(
     out = tmp_path / "read-only"
     out.mkdir()
     argv = [sys.executable, "-m", "napari_sam3.cli", "segment", str(rasters / "good_a.tif"),
-            "--prompt", "field", "--models", str(tiny_repository), "--out", str(out),
+            "--prompt", "field", "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out),
             "--workers", "2", "--quiet"]  # fmt: skip
     try:
         run = subprocess.run(
@@ -158,7 +158,7 @@ def test_ctrl_c_says_nothing_was_written_and_exits_130(tiny_repository, rasters,
     out = tmp_path / "merged.gpkg"
     proc = subprocess.Popen(
         [sys.executable, "-m", "napari_sam3.cli", "segment", str(many), "--prompt", "field",
-         "--models", str(tiny_repository), "--out", str(out), "--tile-size", "112"],
+         "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out), "--tile-size", "112"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible,
     )  # fmt: skip
     lines = []
@@ -188,7 +188,7 @@ def test_ctrl_c_on_workers_stops_them_between_tiles_and_exits_130(
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "napari_sam3.cli", "segment", str(many), "--prompt", "field",
-         "--models", str(tiny_repository), "--out", str(out), "--tile-size", "112",
+         "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out), "--tile-size", "112",
          "--workers", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=_interruptible,

@@ -196,7 +196,7 @@ def test_the_cli_says_one_line_and_exits_2(concept, tiny_repository, s2_rgb_path
     bad.write_bytes(_rewrite(concept.to_bytes(), meta=[1]))
     result = subprocess.run(
         [sys.executable, "-m", "napari_sam3.cli", "segment", str(s2_rgb_paths[0]),
-         "--models", str(tiny_repository), "--concept", str(bad), "--out",
+         "--models", str(tiny_repository), "--precision", "fp32", "--concept", str(bad), "--out",
          str(tmp_path / "out.gpkg"), "--quiet"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -165,7 +165,7 @@ def test_the_cli_exits_with_a_documented_code_and_no_traceback(
     tiny_repository, tmp_path_factory, s2_rgb_paths, capfd, options
 ):
     out = tmp_path_factory.mktemp("fuzz") / "out.gpkg"
-    argv = ["segment", str(s2_rgb_paths[0]), "--models", str(tiny_repository), "--out", str(out),
+    argv = ["segment", str(s2_rgb_paths[0]), "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out),
             "--quiet", "--prompt", "field"]  # fmt: skip
     for option, value in options:
         argv += [f"{option}={value}"]

@@ -77,7 +77,7 @@ def test_segment_a_stac_item_url_at_15_m_into_the_scene_crs_and_extent(
     out = tmp_path / "out.gpkg"
     url = cog_server.url("item.json")
     code = main(
-        ["segment", url, "--models", str(tiny_repository), "--prompt", "building", "--gsd", "15",
+        ["segment", url, "--models", str(tiny_repository), "--precision", "fp32", "--prompt", "building", "--gsd", "15",
          "--out", str(out), "--quiet", "--score-thr", "0"]
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
@@ -148,7 +148,7 @@ def test_a_bad_url_is_a_clear_error_naming_it_and_nothing_is_written(
     assert url in str(caught.value)
     out = tmp_path / "out" / "out.gpkg"
     out.parent.mkdir()
-    code = main(["segment", url, "--models", str(tiny_repository), "--prompt", "building",
+    code = main(["segment", url, "--models", str(tiny_repository), "--precision", "fp32", "--prompt", "building",
                  "--out", str(out), "--quiet"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 1 and url in err and reason in err
@@ -191,7 +191,7 @@ def test_credentials_come_from_the_environment(cog_server, monkeypatch):
 def test_a_malformed_bbox_is_refused_before_anything_runs(
     cog_server, tiny_repository, tmp_path, capsys, bbox, message
 ):
-    code = main(["segment", cog_server.url("item.json"), "--models", str(tiny_repository),
+    code = main(["segment", cog_server.url("item.json"), "--models", str(tiny_repository), "--precision", "fp32",
                  "--prompt", "building", "--bbox", bbox, "--out", str(tmp_path / "o.gpkg")])  # fmt: skip
     assert code == 2 and message in capsys.readouterr().err
     assert cog_server.served["/B04.tif"] == 0  # refused before any pixel was asked for

@@ -40,7 +40,7 @@ def test_catalog_items_walks_children(catalog):
 
 def test_segment_a_catalog_writes_one_output_per_item(catalog, tiny_repository, tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["segment", str(catalog), "--models", str(tiny_repository), "--prompt", "building",
+    code = main(["segment", str(catalog), "--models", str(tiny_repository), "--precision", "fp32", "--prompt", "building",
                  "--bbox", "12.60,52.48,12.62,52.49", "--out", str(out), "--quiet",
                  "--score-thr", "0"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
@@ -52,7 +52,7 @@ def test_segment_a_catalog_writes_one_output_per_item(catalog, tiny_repository, 
 def test_batch_options_and_assets_are_refused_where_they_do_not_apply(
     catalog, s2_cogs, tiny_repository, tmp_path, capsys
 ):
-    common = ["--models", str(tiny_repository), "--prompt", "building", "--out", str(tmp_path)]
+    common = ["--models", str(tiny_repository), "--precision", "fp32", "--prompt", "building", "--out", str(tmp_path)]
     assert main(["segment", str(catalog), *common, "--workers", "2"]) == 2
     assert "take local raster files" in capsys.readouterr().err
     assert main(["segment", str(s2_cogs["B04"]), *common, "--assets", "B04"]) == 2

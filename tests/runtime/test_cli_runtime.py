@@ -23,6 +23,7 @@ def test_bf16_without_native_support_is_a_clear_error(tiny_repository, capsys, a
     assert code != 0 and "silently compute fp32" in err and "Traceback" not in err
 
 
+@pytest.mark.auto_precision
 def test_auto_never_fails_on_either_cpu(tiny_repository, capsys, any_host):
     code = main(["info", "--models", str(tiny_repository)])
     out, err = capsys.readouterr()

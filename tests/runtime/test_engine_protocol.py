@@ -30,7 +30,7 @@ def _arguments(method) -> list[tuple[str, object]]:
 
 
 def test_the_embedded_engine_is_an_engine(tiny_repository):
-    engine = LocalEngine(tiny_repository)
+    engine = LocalEngine(tiny_repository, precision="fp32")
     assert isinstance(engine, Engine)
     assert engine.concurrency() == 1 and engine.runtime_summary().startswith(("openvino", "onnx"))
     engine.refresh()

@@ -54,7 +54,7 @@ def test_workers_2_match_a_serial_run_and_resume_rewrites_nothing(
     assert set(serial.failed) == {str(folder / "truncated.tif")}
 
     out = tmp_path / "out"
-    code = main(["segment", str(folder), "--models", str(tiny_repository), "--out", str(out),
+    code = main(["segment", str(folder), "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out),
                  "--workers", "2", *ARGS])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 1 and "truncated.tif" in err.split("failed:")[-1]
@@ -72,7 +72,7 @@ def test_workers_2_match_a_serial_run_and_resume_rewrites_nothing(
         os.utime(p, ns=(long_ago, long_ago))
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.glob("*.gpkg")}
     assert set(mtimes.values()) == {long_ago}
-    code = main(["segment", str(folder), "--models", str(tiny_repository), "--out", str(out),
+    code = main(["segment", str(folder), "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out),
                  "--workers", "2", "--resume", *ARGS])  # fmt: skip
     captured = capsys.readouterr()
     assert code == 1 and captured.out.count("skipped") >= 3
@@ -99,7 +99,7 @@ def test_a_second_run_on_a_locked_folder_refuses(folder, tiny_repository, tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     (out / LOCK).write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename}))
-    code = main(["segment", str(folder / "north.tif"), "--models", str(tiny_repository),
+    code = main(["segment", str(folder / "north.tif"), "--models", str(tiny_repository), "--precision", "fp32",
                  "--out", str(out), "--resume", *ARGS])  # fmt: skip
     assert code == 2 and "being written by another run" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [LOCK]  # nothing written

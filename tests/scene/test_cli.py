@@ -34,6 +34,8 @@ def _segment(repo, *args):
             *map(str, args),
             "--models",
             str(repo),
+            "--precision",
+            "fp32",
             "--quiet",
             "--score-thr",
             "0",
@@ -149,7 +151,7 @@ def test_missing_model_exits_2(folder, tmp_path, capsys):
 
 
 def test_info_still_works(tiny_repository, capsys):
-    assert main(["info", "--models", str(tiny_repository)]) == 0
+    assert main(["info", "--models", str(tiny_repository), "--precision", "fp32"]) == 0
     assert "image_size" in capsys.readouterr().out
 
 

@@ -123,7 +123,7 @@ def test_segment_ensemble_equals_graphs_run_directly(triton_client, tiny_reposit
 
 @pytest.mark.parametrize("model", [contract.SEGMENT, contract.CONCEPT, contract.SEGMENT_CONCEPT])
 def test_every_ensemble_equals_the_embedded_engine(model, triton_client, tiny_repository):
-    local = LocalEngine(tiny_repository)
+    local = LocalEngine(tiny_repository, precision="fp32")
     manifest = contract.load_manifest(tiny_repository)
     inputs = _segment_inputs(manifest, seed=3, boxes=[(20, 20, 80, 90), (5, 5, 30, 30)])
     if model == contract.CONCEPT:
