@@ -45,13 +45,13 @@ current_setup=$!
 cp -r "$work/tiny_repository" "$work/tiny_repository_current"
 
 main=0
-SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository" .venv/bin/python -m pytest || main=$?
+SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository" .venv/bin/python -m pytest --durations=30 || main=$?
 
 current=0
 if wait "$current_setup"; then
     current_setup=""
     grep '^\[setup-current\]' "$work/setup_current.log" || true
-    SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository_current" .venv-current/bin/python -m pytest \
+    SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository_current" .venv-current/bin/python -m pytest --durations=15 \
         -m "not needs_export and not needs_tritonserver" "${CURRENT_TESTS[@]}" || current=$?
 else
     current=$?

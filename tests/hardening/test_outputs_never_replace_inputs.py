@@ -48,7 +48,9 @@ def scenes(s2_rgb_raster, tmp_path):
 
 
 def _segment(repo, *args):
-    return main(["segment", *map(str, args), "--models", str(repo), "--precision", "fp32", "--quiet"])
+    return main(
+        ["segment", *map(str, args), "--models", str(repo), "--precision", "fp32", "--quiet"]
+    )
 
 
 @pytest.mark.parametrize("workers", [None, "2"])
@@ -150,7 +152,17 @@ def test_the_demo_refuses_to_replace_its_outputs_without_overwrite(
     out.mkdir()
     (out / "detections.gpkg").write_bytes(b"yesterday's run")
     (out / "overlay.png").write_bytes(b"yesterday's picture")
-    args = ["demo", "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out), "--keywords", "field"]
+    args = [
+        "demo",
+        "--models",
+        str(tiny_repository),
+        "--precision",
+        "fp32",
+        "--out",
+        str(out),
+        "--keywords",
+        "field",
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "detections.gpkg exist; pass --overwrite to replace" in err
@@ -167,6 +179,16 @@ def test_the_demo_refuses_to_replace_its_outputs_without_overwrite(
 
 def test_a_fresh_demo_folder_needs_no_overwrite(tiny_repository, tmp_path):
     out = tmp_path / "fresh"
-    args = ["demo", "--models", str(tiny_repository), "--precision", "fp32", "--out", str(out), "--keywords", "field"]
+    args = [
+        "demo",
+        "--models",
+        str(tiny_repository),
+        "--precision",
+        "fp32",
+        "--out",
+        str(out),
+        "--keywords",
+        "field",
+    ]
     assert main(args) == 0
     assert sorted(p.name for p in out.iterdir()) == ["detections.gpkg", "overlay.png"]

@@ -52,7 +52,16 @@ def test_segment_a_catalog_writes_one_output_per_item(catalog, tiny_repository, 
 def test_batch_options_and_assets_are_refused_where_they_do_not_apply(
     catalog, s2_cogs, tiny_repository, tmp_path, capsys
 ):
-    common = ["--models", str(tiny_repository), "--precision", "fp32", "--prompt", "building", "--out", str(tmp_path)]
+    common = [
+        "--models",
+        str(tiny_repository),
+        "--precision",
+        "fp32",
+        "--prompt",
+        "building",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(["segment", str(catalog), *common, "--workers", "2"]) == 2
     assert "take local raster files" in capsys.readouterr().err
     assert main(["segment", str(s2_cogs["B04"]), *common, "--assets", "B04"]) == 2

@@ -345,11 +345,11 @@ def test_each_option_reaches_the_workers(
 def test_options_of_the_other_engine_are_refused(rasters, tiny_repository, tmp_path, capsys):
     base = [rasters, "--prompt", "x", "--out", tmp_path / "o", "--workers", "2"]
     for extra, message in (
-        (["--models", tiny_repository, "--precision", "fp32", "--tls"], "--tls: for Triton servers"),
-        (["--models", tiny_repository, "--precision", "fp32", "--deadline", "5"], "--deadline: for Triton"),
+        (["--models", tiny_repository, "--tls"], "--tls: for Triton servers"),
+        (["--models", tiny_repository, "--deadline", "5"], "--deadline: for Triton"),
         (["--server", "127.0.0.1:1", "--runtime", "openvino"], "--runtime: for the embedded"),
         (["--server", "127.0.0.1:1", "--tls-root-cert", "ca.pem"], "need --tls"),
-        (["--models", tiny_repository, "--precision", "fp32", "--cache-mib", "0"], "--cache-mib must be a positive"),
+        (["--models", tiny_repository, "--cache-mib", "0"], "--cache-mib must be a positive"),
         (
             ["--server", "127.0.0.1:1", "--request-timeout", "0"],
             "--request-timeout must be a positive number of seconds",
