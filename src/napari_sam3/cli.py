@@ -53,6 +53,15 @@ SCENE_OUTPUTS = (".gpkg", ".geojson", ".shp", ".parquet", ".fgb", ".tif", ".tiff
 OUTPUT_FORMATS = ("gpkg", "geojson", "shp", "parquet", "fgb", "tif", "cog")
 
 
+def _nodata(text: str) -> float | str:
+    from napari_sam3.imagery.validity import check_nodata
+
+    try:
+        return check_nodata(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _fail(message: str) -> int:
     print(f"napari-sam3: {message}", file=sys.stderr)
     return EXIT_FAILED
@@ -720,6 +729,10 @@ def cmd_segment(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    if args.raster is not None:
+        return _describe_raster(args)
+    if not (args.server or args.models):
+        raise UsageError("info needs a RASTER to describe, or --models or --server")
     client = _connect(_connection_spec(args))
     print(repr(client))
     if not args.server:
@@ -729,6 +742,31 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("this machine: " + host.detect().describe(), file=sys.stderr)
     print(json.dumps(client.manifest.as_dict(), indent=2, sort_keys=True))
     return 0
+
+
+def _describe_raster(args: argparse.Namespace) -> int:
+    from napari_sam3.core import contract
+    from napari_sam3.imagery.stac import scene_source
+    from napari_sam3.scene.view import describe
+
+    tile_size = args.tile_size
+    if tile_size is None:
+        tile_size = contract.load_manifest(args.models).sizes.image_size if args.models else 1008
+    if tile_size < 8:
+        raise UsageError(f"--tile-size must be at least 8 pixels, got {tile_size}")
+    source = scene_source(args.raster, None)
+    lines = describe(
+        source,
+        bands=parse_bands(args.bands),
+        nodata=args.nodata,
+        gsd=args.gsd,
+        tile_size=tile_size,
+        overlap=args.tile_overlap,
+        preview=args.preview,
+        overwrite=args.overwrite,
+    )
+    print("\n".join(lines), flush=True)
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -810,7 +848,12 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument("--tile-size", type=int, help="pixels (default: the model's input size)")
     segment.add_argument("--tile-overlap", type=int, help="pixels (default: tile size / 8)")
     segment.add_argument("--bands", help="1 or 3 bands, 1-based or by name: 4,3,2 or B04,B03,B02")
-    segment.add_argument("--nodata", type=float, help="nodata value (default: the raster's)")
+    segment.add_argument(
+        "--nodata",
+        type=_nodata,
+        help="a value that, in every band, marks pixels outside the scene (default: the raster's "
+        "own, else fill found at its border, said when found); none: no nodata value at all",
+    )
     segment.add_argument(
         "--memory-budget",
         metavar="SIZE",
@@ -874,10 +917,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     segment.set_defaults(run=cmd_segment)
 
-    info = sub.add_parser("info", help="describe a model repository or server")
-    where = info.add_mutually_exclusive_group(required=True)
+    info = sub.add_parser(
+        "info",
+        help="describe a model repository or server, or what the model is given of a raster",
+    )
+    info.add_argument(
+        "raster",
+        nargs="?",
+        help="a raster file, URL or STAC item: print its bands and why, which pixels are valid, "
+        "the stretch and the tiles (with --models, tiles of that model's input size)",
+    )
+    where = info.add_mutually_exclusive_group()
     where.add_argument("--server", help="Triton gRPC address host:port")
     where.add_argument("--models", help="local model repository")
+    info.add_argument("--bands", help="as for segment: 1 or 3 bands, 1-based or by name")
+    info.add_argument("--nodata", type=_nodata, help="as for segment: a value, or none")
+    info.add_argument("--gsd", type=float, help="as for segment: metres per pixel to read at")
+    info.add_argument("--tile-size", type=int, help="pixels (default: the model's input size)")
+    info.add_argument("--tile-overlap", type=int, help="pixels (default: tile size / 8)")
+    info.add_argument(
+        "--preview", metavar="PNG", help="write the model's view of the raster to this PNG"
+    )
+    info.add_argument("--overwrite", action="store_true", help="replace an existing --preview")
     _add_server_options(info)
     _add_runtime_options(info)
     info.set_defaults(run=cmd_info)

@@ -67,7 +67,7 @@ def test_a_one_pixel_raster_gets_a_message_without_channel_axis(
 ):
     code = main(
         ["segment", str(rasters / "one_pixel.tif"), "--prompt", "field", "--models",
-         str(tiny_repository), "--out", str(tmp_path / "o.gpkg"), "--quiet"]
+         str(tiny_repository), "--precision", "fp32", "--out", str(tmp_path / "o.gpkg"), "--quiet"]
     )  # fmt: skip
     err = capfd.readouterr().err
     assert code == EXIT_FAILED
@@ -82,7 +82,7 @@ def test_exemplars_on_a_local_cs_raster_are_refused_in_one_line(
     local = next(p for p in rasters.parent.iterdir() if (p / "local.tif").exists())
     code = main(
         ["segment", str(local / "local.tif"), "--exemplars", str(local / "ex.gpkg"), "--models",
-         str(tiny_repository), "--out", str(tmp_path / "o.gpkg"), "--quiet"]
+         str(tiny_repository), "--precision", "fp32", "--out", str(tmp_path / "o.gpkg"), "--quiet"]
     )  # fmt: skip
     err = capfd.readouterr().err
     assert code == EXIT_REFUSED

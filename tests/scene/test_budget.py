@@ -204,7 +204,8 @@ def test_objects_held_beyond_the_budget_are_all_kept_and_the_run_says_so(
 
     monkeypatch.setattr(budget, "MIN_BUDGET", 1)  # a budget a test's few objects can exceed
     path = _scene(geotiff, tmp_path)
-    options = dict(prompt="a", tile_size=64, overlap=8, progress=False)
+    # the scene is objects on 0: image here, not fill
+    options = dict(prompt="a", tile_size=64, overlap=8, progress=False, nodata="none")
     with pytest.warns(UserWarning, match="more than the memory budget .* all kept"):
         tight = segment_scene(make_stub(full_tile=True), path, memory_budget=64, **options)
     with warnings.catch_warnings():

@@ -77,3 +77,86 @@ def parse_bands(text: str | None) -> list[BandKey] | None:
 
 def _listing(names: Sequence[str] | None) -> str:
     return ", ".join(f"{i} {n}" for i, n in enumerate(names or (), start=1))
+
+
+# -- which bands the model gets when none are chosen ---------------------------------------------
+# Colour interpretation first (GDAL's, as QGIS and GDAL's tools read it), then band names
+# (descriptions, STAC common names), then position. An alpha band is never a colour.
+_ROLE_NAMES = {"red": ("red", "r"), "green": ("green", "g"), "blue": ("blue", "b")}
+
+
+def model_bands(
+    count: int,
+    roles: Sequence[str] | None = None,
+    names: Sequence[str] | None = None,
+    where: str = "the image",
+    four_is_rgba: bool = False,
+) -> tuple[list[int], str]:
+    """The 0-based bands that make the model's RGB (or its one grey band) when the caller chose
+    none, and why. ``roles`` are the bands' colour interpretations (``"red"``, ``"alpha"``,
+    ``"gray"``, ``"undefined"`` ...), ``names`` their names. ``four_is_rgba``: a 4-band array
+    without roles is RGBA (napari's and PIL's convention for uint8 arrays); a file's fourth band
+    is alpha only when its colour interpretation says so.
+
+    Raises ValueError (naming the bands) when roles and count leave the choice open.
+    """
+    roles = [str(r).lower() for r in roles] if roles else []
+    colours = [i for i in range(count) if not roles or roles[i] != "alpha"]
+    rgb = _by(roles, ("red", "green", "blue"))
+    if rgb:
+        return rgb, "colour interpretation " + "/".join(str(i + 1) for i in rgb) + " = R/G/B"
+    lowered = [str(n).strip().lower() for n in names] if names else []
+    rgb = _by_names(lowered)
+    if rgb:
+        return rgb, "band names " + ", ".join(str(names[i]) for i in rgb) + " = R, G, B"
+    if len(colours) == 1:
+        return colours, "one band: grey"
+    if len(colours) == 3 and count > 3:
+        alpha = [i for i in range(count) if i not in colours]
+        return colours, f"bands {_numbers(colours)} as R, G, B; alpha band {_numbers(alpha)}"
+    if len(colours) == 3 and count == 3:
+        return colours, "3 bands in file order as R, G, B (no colour interpretation says otherwise)"
+    if four_is_rgba and not roles and count == 4:
+        return [0, 1, 2], "RGBA: bands 1-3 as R, G, B, band 4 alpha"
+    described = ""
+    if names or roles:
+        described = " (" + ", ".join(_band(i, names, roles) for i in range(count)) + ")"
+    raise ValueError(
+        f"{where} has {count} bands{described}; choose 3 for RGB (or 1 for grey) with bands=, "
+        "e.g. bands=(4, 3, 2) for Sentinel-2 true colour (1-based indices"
+        + (", or band names" if names else "")
+        + "): nothing says which bands are red, green and blue"
+    )
+
+
+def _band(i: int, names: Sequence[str] | None, roles: Sequence[str]) -> str:
+    text = f"{i + 1}"
+    if names:
+        text += f" {names[i]}"
+    if roles and roles[i] not in ("undefined", ""):
+        text += f" ({roles[i]})"
+    return text
+
+
+def _by(roles: list[str], wanted: tuple[str, ...]) -> list[int] | None:
+    found = []
+    for role in wanted:
+        hits = [i for i, r in enumerate(roles) if r == role]
+        if len(hits) != 1:
+            return None
+        found.append(hits[0])
+    return found
+
+
+def _by_names(names: list[str]) -> list[int] | None:
+    found = []
+    for role in ("red", "green", "blue"):
+        hits = [i for i, n in enumerate(names) if n in _ROLE_NAMES[role]]
+        if len(hits) != 1:
+            return None
+        found.append(hits[0])
+    return found
+
+
+def _numbers(indices: Sequence[int]) -> str:
+    return ", ".join(str(i + 1) for i in indices)

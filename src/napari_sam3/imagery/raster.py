@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import rasterio
+import rasterio.vrt
 from rasterio.crs import CRS
-from rasterio.enums import Resampling
+from rasterio.enums import ColorInterp, MaskFlags, Resampling
 from rasterio.errors import NotGeoreferencedWarning, RasterioError
 from rasterio.transform import Affine
 from rasterio.windows import Window
@@ -71,6 +72,12 @@ class RasterInfo:
     transform: Affine
     nodata: float | None
     band_names: tuple[str, ...]
+    # GDAL's colour interpretation of each band ("red", "alpha", "gray", "undefined" ...)
+    roles: tuple[str, ...] = ()
+    # GDAL's dataset mask marks pixels invalid (an alpha band, a mask band, a warped footprint)
+    masked: bool = False
+    # how the pixels were placed when the file has no geotransform of its own ("" otherwise)
+    placement: str = ""
 
     @property
     def count(self) -> int:
@@ -100,6 +107,10 @@ class Raster:
     nodata: float | None
     band_names: tuple[str, ...]
     path: Source | tuple[Source, ...]
+    # GDAL's dataset mask of these pixels (True = valid), None when it marks none invalid;
+    # napari_sam3.imagery.validity adds nodata, fill and NaN to it
+    valid: np.ndarray | None = None
+    roles: tuple[str, ...] = ()
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -122,6 +133,15 @@ def raster_info(path: PathLike | Sequence[PathLike], *, gsd: float | None = None
         return info
     transform, rows, cols, _, _ = ground_grid(info, gsd)
     return dataclasses.replace(info, shape=(info.count, rows, cols), transform=transform)
+
+
+def pixel_metres(info: RasterInfo) -> float:
+    """Metres on the ground across one pixel of ``info``'s grid (its true size where the
+    transform is rotated); NaN where the CRS is missing or not projected."""
+    if info.crs is None or not info.crs.is_projected:
+        return float("nan")
+    t = info.transform
+    return math.hypot(t.a, t.d) * info.crs.linear_units_factor[1]
 
 
 def ground_grid(info: RasterInfo, gsd: float) -> tuple[Affine, int, int, float, float]:
@@ -223,12 +243,26 @@ def read_raster(
                 break
             offset -= count
     data = np.empty((len(wanted), out_rows, out_cols), dtype=info.dtype)
+    valid = None
     for f, header in enumerate(headers):
         slots = [i for i, (owner, _) in enumerate(owners) if owner == f]
+        if header.masked:
+            mask = _read_mask(header.path, source, (out_rows, out_cols))
+            valid = mask if valid is None else valid & mask
         if not slots:
             continue
         indexes = [owners[i][1] for i in slots]
+        if header.palette is not None:
+            indices = _read_pixels(header.path, [1], source, (out_rows, out_cols))[0]
+            colours = header.palette[np.minimum(indices, len(header.palette) - 1)]
+            data[slots] = np.moveaxis(colours[..., :3], -1, 0)[[i - 1 for i in indexes]]
+            opaque = colours[..., 3] > 0
+            if not opaque.all():
+                valid = opaque if valid is None else valid & opaque
+            continue
         data[slots] = _read_pixels(header.path, indexes, source, (out_rows, out_cols), resampling)
+    if valid is not None and valid.all():
+        valid = None
 
     transform = (grid @ Affine.translation(win.col_off, win.row_off)) @ Affine.scale(
         win.width / out_cols, win.height / out_rows
@@ -240,6 +274,8 @@ def read_raster(
         nodata=info.nodata,
         band_names=tuple(info.band_names[i - 1] for i in wanted),
         path=info.path,
+        valid=valid,
+        roles=tuple(info.roles[i - 1] for i in wanted) if info.roles else (),
     )
 
 
@@ -257,6 +293,10 @@ class _Header:
     transform: Affine
     nodata: float | None
     names: tuple[str, ...]
+    roles: tuple[str, ...]
+    masked: bool
+    palette: np.ndarray | None  # (entries, 4) uint8 RGBA of a paletted band, expanded on read
+    placement: str
 
 
 def _inspect(path: PathLike | Sequence[PathLike]) -> tuple[RasterInfo, list[_Header]]:
@@ -273,6 +313,9 @@ def _inspect(path: PathLike | Sequence[PathLike]) -> tuple[RasterInfo, list[_Hea
         transform=first.transform,
         nodata=first.nodata,
         band_names=names,
+        roles=tuple(r for h in headers for r in h.roles),
+        masked=any(h.masked for h in headers),
+        placement=first.placement,
     )
     return info, headers
 
@@ -320,12 +363,42 @@ def open_dataset(
             kwargs["driver"] = remote_driver(os.fspath(path))
             pooled = _pooled(stack, (os.fspath(path), overview_level), kwargs)
             if pooled is not None:
-                yield pooled
+                yield _placed(stack, pooled, path)
                 return
         with _OPEN_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
             ds = stack.enter_context(rasterio.open(path, **kwargs))
-        yield ds
+        yield _placed(stack, ds, path)
+
+
+def _placed(stack: contextlib.ExitStack, ds, path: Source):
+    """``ds`` itself, or, for a file placed by ground control points only, GDAL's warp of it to
+    a north-up grid in the GCPs' CRS (as ``gdalwarp`` would), with an alpha band that marks
+    the outside of the footprint. Files placed by RPCs only are refused: they need a DEM."""
+    if not ds.transform.is_identity or ds.crs is not None:
+        return ds
+    gcps, gcp_crs = ds.gcps
+    if gcps:
+        if gcp_crs is None:
+            raise ValueError(
+                f"{file_name(path)} has {len(gcps)} ground control points but no CRS for them, "
+                "so it cannot be placed; assign one with gdal_translate -a_srs EPSG:XXXX, or warp "
+                "it yourself (gdalwarp -t_srs EPSG:XXXX in.tif out.tif)"
+            )
+        from rasterio.vrt import WarpedVRT
+
+        return stack.enter_context(
+            WarpedVRT(
+                ds, src_crs=gcp_crs, crs=gcp_crs, add_alpha=True, resampling=Resampling.bilinear
+            )
+        )
+    if ds.rpcs is not None:
+        raise ValueError(
+            f"{file_name(path)} is placed by rational polynomial coefficients (RPCs) only, which "
+            "need a terrain model to be placed right; orthorectify it first, e.g. "
+            "gdalwarp -rpc -to RPC_DEM=dem.tif -t_srs EPSG:XXXX in.tif out.tif"
+        )
+    return ds
 
 
 @contextmanager
@@ -390,16 +463,26 @@ def _header(path: Source) -> _Header:
                 raise ValueError(
                     f"{path.name}: bands have different dtypes {ds.dtypes}; read them separately."
                 )
+            palette = _palette(ds)
+            count = 3 if palette is not None else ds.count
             return _Header(
                 path=path,
-                count=ds.count,
+                count=count,
                 rows=ds.height,
                 cols=ds.width,
-                dtype=np.dtype(ds.dtypes[0]),
+                dtype=np.dtype(np.uint8 if palette is not None else ds.dtypes[0]),
                 crs=ds.crs,
                 transform=ds.transform,
                 nodata=nodatas.pop() if nodatas else None,
-                names=_band_names(path, ds.descriptions),
+                names=("red", "green", "blue")
+                if palette is not None
+                else _band_names(path, ds.descriptions),
+                roles=("red", "green", "blue")
+                if palette is not None
+                else tuple(c.name for c in ds.colorinterp),
+                masked=_has_mask(ds),
+                palette=palette,
+                placement=_placement(ds),
             )
     except RasterioError as exc:
         if is_remote(path):
@@ -407,6 +490,48 @@ def _header(path: Source) -> _Header:
         raise ValueError(
             f"cannot read {path} as a raster (GeoTIFF, JPEG 2000, PNG, JPEG): {exc}"
         ) from exc
+
+
+def _has_mask(ds) -> bool:
+    """GDAL's dataset mask marks pixels by more than nodata (alpha, a mask band, a warp)."""
+    marking = {MaskFlags.per_dataset, MaskFlags.alpha}
+    return any(marking & set(flags) for flags in ds.mask_flag_enums)
+
+
+def _palette(ds) -> np.ndarray | None:
+    """A single paletted band's colour table as an (entries, 4) uint8 lookup table."""
+    if ds.count != 1 or ds.colorinterp[0] != ColorInterp.palette:
+        return None
+    try:
+        table = ds.colormap(1)
+    except ValueError:  # a palette interpretation without a table: grey indices
+        return None
+    size = int(min(max(table) + 1, 1 << 16)) if table else 0
+    if size == 0:
+        return None
+    lut = np.zeros((max(size, 256 if ds.dtypes[0] == "uint8" else size), 4), dtype=np.uint8)
+    for index, colour in table.items():
+        if 0 <= index < len(lut):
+            lut[index] = colour
+    return lut
+
+
+def _placement(ds) -> str:
+    if isinstance(ds, rasterio.vrt.WarpedVRT):
+        gcps, crs = ds.src_dataset.gcps
+        return f"warped to a north-up grid from {len(gcps)} ground control points ({crs})"
+    return ""
+
+
+def _read_mask(path: Source, win: Window, out_shape: tuple[int, int]) -> np.ndarray:
+    """GDAL's dataset mask of a window, True where valid."""
+    try:
+        with open_dataset(path) as ds:
+            return ds.dataset_mask(window=win, out_shape=out_shape) > 0
+    except RasterioError as exc:
+        if is_remote(path):
+            raise remote_error(os.fspath(path), exc, "read the mask of") from None
+        raise ValueError(f"cannot read the mask of {path} (damaged file?): {exc}") from exc
 
 
 def _stem(path: Source) -> str:

@@ -24,12 +24,20 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from napari_sam3.imagery.bands import BandKey, resolve_bands
+from napari_sam3.imagery.bands import BandKey, model_bands, resolve_bands
 from napari_sam3.imagery.raster import PathLike, Raster, WindowLike, read_raster
+from napari_sam3.imagery.validity import (
+    Fill,
+    NodataLike,
+    effective_nodata,
+    infer_fill,
+    invalid_pixels,
+)
 
 _CHUNK_PIXELS = 1 << 21  # rows per chunk are sized so temporaries stay ~16 MB
 _MAX_SAMPLES = 1 << 22  # float bands: percentiles from at most this many pixels
@@ -101,7 +109,7 @@ def compute_stretch(
     image: np.ndarray | Raster,
     bands: Sequence[BandKey] | None = None,
     percentiles: tuple[float, float] = (2, 98),
-    nodata: float | None = None,
+    nodata: NodataLike = None,
     channel_axis: int | None = None,
 ) -> StretchStats:
     """Percentile stretch limits of the 1 or 3 channels :func:`to_model_rgb` would use.
@@ -109,11 +117,17 @@ def compute_stretch(
     Arguments as for :func:`to_model_rgb`. Raises ValueError if a channel has no valid pixel.
     """
     pct = _check_percentiles(percentiles)
-    planes, names, nodata = _select_channels(image, bands, nodata, channel_axis)
+    return stretch_of(select_channels(image, bands, nodata, channel_axis), pct)
+
+
+def stretch_of(channels: Channels, percentiles: tuple[float, float] = (2, 98)) -> StretchStats:
+    """The percentile stretch of :func:`select_channels`' valid pixels."""
+    pct = _check_percentiles(percentiles)
     lows, highs = [], []
+    planes, names = channels.planes, channels.names
     for i, plane in enumerate(planes):
         label = names[i] if names else f"channel {i + 1}"
-        lo, hi = _plane_percentiles(plane, pct, nodata, label)
+        lo, hi = _plane_percentiles(plane, pct, channels.invalid, label)
         if hi == lo:
             warnings.warn(
                 f"{label}: percentiles {pct[0]:g} and {pct[1]:g} are both {lo:g} (a "
@@ -124,7 +138,7 @@ def compute_stretch(
             )
         lows.append(lo)
         highs.append(hi)
-    return StretchStats(tuple(lows), tuple(highs), pct, names)
+    return StretchStats(tuple(lows), tuple(highs), pct, names or None)
 
 
 def scene_stretch(
@@ -132,7 +146,7 @@ def scene_stretch(
     bands: Sequence[BandKey] | None = None,
     percentiles: tuple[float, float] = (2, 98),
     max_size: int = 2048,
-    nodata: float | None = None,
+    nodata: NodataLike = None,
     window: WindowLike | None = None,
     gsd: float | None = None,
 ) -> StretchStats:
@@ -151,7 +165,7 @@ def to_model_rgb(
     bands: Sequence[BandKey] | None = None,
     percentiles: tuple[float, float] = (2, 98),
     stats: StretchStats | None = None,
-    nodata: float | None = None,
+    nodata: NodataLike = None,
     channel_axis: int | None = None,
 ) -> np.ndarray:
     """uint8 RGB ``(rows, cols, 3)`` for the model from a raster array or :class:`Raster`.
@@ -167,17 +181,43 @@ def to_model_rgb(
         channel_axis: the band axis of a 3-D array when the shape does not tell (e.g. (3, 4, 3)).
 
     uint8 input without ``stats`` passes through unchanged (grayscale replicated, alpha dropped).
+    Invalid pixels (:mod:`napari_sam3.imagery.validity`) are 0 in every channel.
     """
+    return model_input(image, bands, percentiles, stats, nodata, channel_axis)[0]
+
+
+def model_input(
+    image: np.ndarray | Raster,
+    bands: Sequence[BandKey] | None = None,
+    percentiles: tuple[float, float] = (2, 98),
+    stats: StretchStats | None = None,
+    nodata: NodataLike = None,
+    channel_axis: int | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`to_model_rgb` and the invalid pixels it zeroed (bool (rows, cols), or None)."""
+    channels = select_channels(image, bands, nodata, channel_axis)
+    return channels_rgb(channels, stats, percentiles), channels.invalid
+
+
+def channels_rgb(
+    channels: Channels,
+    stats: StretchStats | None = None,
+    percentiles: tuple[float, float] = (2, 98),
+) -> np.ndarray:
+    """The uint8 RGB of :func:`select_channels`' result, stretched by ``stats`` (default: its
+    own percentiles; uint8 as it is), invalid pixels 0."""
     pct = _check_percentiles(percentiles)
-    planes, names, nodata = _select_channels(image, bands, nodata, channel_axis)
+    planes, names, invalid = channels.planes, channels.names, channels.invalid
     rows, cols = planes[0].shape
     out = np.empty((rows, cols, 3), dtype=np.uint8)
     if stats is None and planes[0].dtype == np.uint8:
         for c in range(3):
             out[..., c] = planes[c if len(planes) == 3 else 0]
+        if invalid is not None:
+            out[invalid] = 0
         return out
     if stats is None:
-        stats = compute_stretch(image, bands, pct, nodata, channel_axis)
+        stats = stretch_of(channels, pct)
     elif not isinstance(stats, StretchStats):
         raise ValueError(f"stats must be a StretchStats, got {type(stats).__name__}.")
     if len(stats) != len(planes):
@@ -191,29 +231,49 @@ def to_model_rgb(
             f"{list(names)}; recompute them or pick the same bands."
         )
     if len(planes) == 1:
-        _stretch_into(planes[0], stats.low[0], stats.high[0], nodata, out)
+        _stretch_into(planes[0], stats.low[0], stats.high[0], out)
     else:
         for c, plane in enumerate(planes):
-            _stretch_into(plane, stats.low[c], stats.high[c], nodata, out[..., c : c + 1])
+            _stretch_into(plane, stats.low[c], stats.high[c], out[..., c : c + 1])
+    if invalid is not None:
+        out[invalid] = 0
     return out
 
 
 # ----------------------------------------------------------------------------- channel selection
 
 
-def _select_channels(
+@dataclass(frozen=True)
+class Channels:
+    """The 1 or 3 planes the model gets, their names, why those bands, and the invalid pixels."""
+
+    planes: list[np.ndarray]
+    names: tuple[str, ...]
+    why: str
+    invalid: np.ndarray | None
+    nodata: float | None  # the value the validity rule used (None: none)
+    fill: Fill | None  # unflagged fill found in these pixels (then nodata is its value)
+
+
+def select_channels(
     image: np.ndarray | Raster,
-    bands: Sequence[BandKey] | None,
-    nodata: float | None,
-    channel_axis: int | None,
-) -> tuple[list[np.ndarray], tuple[str, ...] | None, float | None]:
-    """The 1 or 3 2-D planes (views) to stretch, their names if known, and the nodata value."""
-    names: tuple[str, ...] | None = None
+    bands: Sequence[BandKey] | None = None,
+    nodata: NodataLike = None,
+    channel_axis: int | None = None,
+) -> Channels:
+    """The channels :func:`to_model_rgb` uses: ``bands`` as given, else chosen by the bands'
+    colour interpretation and names (:func:`~napari_sam3.imagery.bands.model_bands`); invalid
+    pixels by :mod:`napari_sam3.imagery.validity` (unflagged fill looked for in a Raster with no
+    nodata and no mask, and said in a UserWarning, unless ``nodata`` is given)."""
+    names: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+    valid = None
+    declared = None
     if isinstance(image, Raster):
         if channel_axis not in (None, 0):
             raise ValueError("a Raster is always bands-first; leave channel_axis unset.")
         arr, channel_axis, names = image.data, 0, image.band_names
-        nodata = image.nodata if nodata is None else nodata
+        roles, valid, declared = image.roles, image.valid, image.nodata
     else:
         arr = np.asarray(image)
     _check_array(arr)
@@ -224,29 +284,40 @@ def _select_channels(
         stack = np.moveaxis(arr, axis, 0)
     count = stack.shape[0]
 
+    where = "the Raster" if isinstance(image, Raster) else "the array"
     if bands is None:
-        if count in (1, 3):
-            chosen = list(range(count))
-        elif count == 4 and arr.dtype == np.uint8:
-            chosen = [0, 1, 2]  # RGBA: drop alpha
-        else:
-            raise ValueError(
-                f"the image has {count} bands; choose 3 for RGB (or 1 for grayscale) with "
-                "bands=, e.g. bands=(4, 3, 2) for Sentinel-2 true colour (1-based indices"
-                + (", or band names)." if names else ").")
-            )
+        chosen, why = model_bands(
+            count, roles, names, _describe(image), four_is_rgba=arr.dtype == np.uint8
+        )
     else:
         if isinstance(bands, str | int | np.integer):
             bands = [bands]
-        where = "the Raster" if isinstance(image, Raster) else "the array"
-        chosen = resolve_bands(bands, count, names, where)
+        chosen = resolve_bands(bands, count, names or None, where)
         if len(chosen) not in (1, 3):
             raise ValueError(
                 f"bands={list(bands)} selects {len(chosen)} bands; choose 3 (RGB) or 1 (grayscale)."
             )
+        why = "bands " + ", ".join(str(b) for b in bands) + " as asked"
     planes = [stack[i] for i in chosen]
-    selected = tuple(names[i] for i in chosen) if names else None
-    return planes, selected, nodata
+    selected = tuple(names[i] for i in chosen) if names else ()
+    value = effective_nodata(nodata, declared)
+    fill = None
+    if value is None and nodata is None and isinstance(image, Raster) and valid is None:
+        fill = infer_fill(planes)
+        if fill is not None:
+            value = fill.value
+            warnings.warn(fill.message(_describe(image)), UserWarning, stacklevel=3)
+    invalid = invalid_pixels(planes, value, valid)
+    return Channels(planes, selected, why, invalid, value, fill)
+
+
+def _describe(image: np.ndarray | Raster) -> str:
+    if isinstance(image, Raster):
+        path = image.path
+        if isinstance(path, tuple):
+            return "[" + ", ".join(Path(str(p)).name for p in path) + "]"
+        return Path(str(path)).name or "the raster"
+    return "the array"
 
 
 def _check_array(arr: np.ndarray) -> None:
@@ -310,34 +381,23 @@ def _raw_values(dtype: np.dtype) -> np.ndarray:
     return np.arange(1 << (8 * dtype.itemsize), dtype=unsigned).view(dtype)
 
 
-def _nodata_pattern(dtype: np.dtype, nodata: float | None) -> int | None:
-    """Bit pattern of ``nodata`` in a small integer dtype, or None if no pixel can equal it."""
-    if nodata is None or not math.isfinite(nodata) or nodata != int(nodata):
-        return None
-    info = np.iinfo(dtype)
-    if not info.min <= nodata <= info.max:
-        return None
-    unsigned = np.dtype(f"u{dtype.itemsize}")
-    return int(np.array(int(nodata), dtype=dtype).view(unsigned))
-
-
 def _plane_percentiles(
-    plane: np.ndarray, pct: tuple[float, float], nodata: float | None, label: str
+    plane: np.ndarray, pct: tuple[float, float], invalid: np.ndarray | None, label: str
 ) -> tuple[float, float]:
     if plane.dtype in _LUT_DTYPES:
-        lo, hi = _histogram_percentiles(plane, pct, nodata)
+        lo, hi = _histogram_percentiles(plane, pct, invalid)
     else:
-        lo, hi = _sampled_percentiles(plane, pct, nodata)
+        lo, hi = _sampled_percentiles(plane, pct, invalid)
     if lo is None or hi is None:
         raise ValueError(
-            f"{label} has no valid pixels (all nodata={nodata} or NaN); read a larger window "
+            f"{label} has no valid pixels (all nodata, masked or NaN); read a larger window "
             "or pass stats= computed for the whole scene."
         )
     return lo, hi
 
 
 def _histogram_percentiles(
-    plane: np.ndarray, pct: tuple[float, float], nodata: float | None
+    plane: np.ndarray, pct: tuple[float, float], invalid: np.ndarray | None
 ) -> tuple[float | None, float | None]:
     unsigned = np.dtype(f"u{plane.dtype.itemsize}")
     bins = 1 << (8 * plane.dtype.itemsize)
@@ -346,9 +406,8 @@ def _histogram_percentiles(
     step = _chunk_rows(plane)
     for r in range(0, plane.shape[0], step):
         counts += np.bincount(keys[r : r + step].ravel(), minlength=bins)
-    pattern = _nodata_pattern(plane.dtype, nodata)
-    if pattern is not None:
-        counts[pattern] = 0
+    if invalid is not None:  # usually the smaller part: take its histogram out
+        counts -= np.bincount(keys[invalid], minlength=bins)
     values = _raw_values(plane.dtype)
     order = np.argsort(values, kind="stable")
     cumulative = np.cumsum(counts[order])
@@ -372,13 +431,13 @@ def _histogram_percentiles(
 
 
 def _sampled_percentiles(
-    plane: np.ndarray, pct: tuple[float, float], nodata: float | None
+    plane: np.ndarray, pct: tuple[float, float], invalid: np.ndarray | None
 ) -> tuple[float | None, float | None]:
     step = max(1, math.ceil(math.sqrt(plane.size / _MAX_SAMPLES)))
     sample = np.asarray(plane[::step, ::step], dtype=np.float64)
     valid = np.isfinite(sample)
-    if nodata is not None and not math.isnan(nodata):
-        valid &= sample != nodata
+    if invalid is not None:
+        valid &= ~invalid[::step, ::step]
     values = sample[valid]
     if values.size == 0:
         return None, None
@@ -390,7 +449,7 @@ def _sampled_percentiles(
 
 
 def _map_values(values: np.ndarray, low: float, high: float) -> np.ndarray:
-    """float64 values -> uint8 by the stretch; NaN -> 0 (callers zero nodata themselves)."""
+    """float64 values -> uint8 by the stretch; NaN -> 0 (callers zero invalid pixels)."""
     if high > low:
         scaled = (values - low) * (255.0 / (high - low))
         np.clip(scaled, 0.0, 255.0, out=scaled)
@@ -401,17 +460,12 @@ def _map_values(values: np.ndarray, low: float, high: float) -> np.ndarray:
     return scaled.astype(np.uint8)
 
 
-def _stretch_into(
-    plane: np.ndarray, low: float, high: float, nodata: float | None, out: np.ndarray
-) -> None:
+def _stretch_into(plane: np.ndarray, low: float, high: float, out: np.ndarray) -> None:
     """Write the stretched ``plane`` into every channel of ``out`` (rows, cols, k)."""
     step = _chunk_rows(plane)
     k = out.shape[2]
     if plane.dtype in _LUT_DTYPES:
         lut = _map_values(_raw_values(plane.dtype).astype(np.float64), low, high)
-        pattern = _nodata_pattern(plane.dtype, nodata)
-        if pattern is not None:
-            lut[pattern] = 0
         lut_k = np.repeat(lut[:, np.newaxis], k, axis=1)
         keys = plane.view(np.dtype(f"u{plane.dtype.itemsize}"))
         for r in range(0, plane.shape[0], step):
@@ -421,6 +475,4 @@ def _stretch_into(
     for r in range(0, plane.shape[0], step):
         chunk = np.asarray(plane[r : r + step], dtype=np.float64)
         mapped = _map_values(chunk, low, high)
-        if nodata is not None and not math.isnan(nodata):
-            mapped[chunk == nodata] = 0
         out[r : r + step] = mapped[..., np.newaxis]

@@ -122,23 +122,59 @@ def raster_layers(
     Contrast limits are the percentile stretch of each band that :func:`~napari_sam3.imagery.stretch.
     to_model_rgb` applies for the model, so the screen shows what the model sees.
     """
-    from napari_sam3.imagery.stretch import compute_stretch
-
     data = raster.data
-    limits = []
-    if not (data.dtype == np.uint8 and data.shape[0] == 3):
-        for i in range(data.shape[0]):
-            stats = compute_stretch(raster, bands=[i + 1], percentiles=percentiles)
-            limits.append((stats.low[0], stats.high[0]))
+    channels = shown_channels(raster)
+    limits = _band_limits(raster, channels, percentiles)
+    order = _rgb_order(raster, channels)
     return _image_layers(
         raster,
         bands=list(data),
-        rgb=lambda: np.moveaxis(data, 0, -1),
+        rgb=lambda: np.moveaxis(data[order], 0, -1),
         limits=limits,
         name=name,
         percentiles=percentiles,
         multiscale=False,
+        channels=channels,
     )
+
+
+def shown_channels(raster):
+    """The model's rule for ``raster`` (:func:`~napari_sam3.imagery.stretch.select_channels`):
+    the bands shown by default and the invalid pixels, decided once (unflagged fill is said in a
+    warning, which napari shows). Bands the file does not name as R, G, B: by their names
+    (:func:`default_rgb_bands`)."""
+    from napari_sam3.imagery.stretch import select_channels
+
+    try:
+        return select_channels(raster)
+    except ValueError:
+        return select_channels(raster, bands=default_rgb_bands(list(raster.band_names)))
+
+
+def _band_limits(raster, channels, percentiles) -> list[tuple[float, float]]:
+    """Each band's stretch over the pixels the model's rule keeps (none for uint8 RGB)."""
+    import dataclasses
+
+    from napari_sam3.imagery.stretch import compute_stretch
+
+    if raster.data.dtype == np.uint8 and len(_rgb_order(raster, channels)) == 3:
+        return []
+    valid = None if channels.invalid is None else ~channels.invalid
+    kept = dataclasses.replace(raster, valid=valid)
+    limits = []
+    for i in range(raster.data.shape[0]):
+        stats = compute_stretch(kept, bands=[i + 1], percentiles=percentiles, nodata="none")
+        limits.append((stats.low[0], stats.high[0]))
+    return limits
+
+
+def _rgb_order(raster, channels) -> list[int]:
+    """For a uint8 raster whose colours are 3 of its bands (R, G, B by the file, or 3 bands in
+    all): their 0-based order; else []."""
+    names = list(raster.band_names)
+    if len(channels.names) != 3 or (len(names) != 3 and not raster.roles):
+        return []
+    return [names.index(n) for n in channels.names]
 
 
 def pyramid_layers(
@@ -152,23 +188,22 @@ def pyramid_layers(
     over the scene when the file has no overviews. The stretch record says which (``sample``).
     """
     from napari_sam3.imagery.raster import Raster
-    from napari_sam3.imagery.stretch import compute_stretch
 
     info = pyramid.info
     count = info.count
     bands = [pyramid.band_levels(b) for b in range(1, count + 1)]
-    limits = []
-    if not (np.dtype(info.dtype) == np.uint8 and count == 3):
-        sample = pyramid.sample()
-        raster = Raster(sample, info.crs, info.transform, info.nodata, info.band_names, info.path)
-        for i in range(count):
-            stats = compute_stretch(raster, bands=[i + 1], percentiles=percentiles)
-            limits.append((stats.low[0], stats.high[0]))
+    sample = pyramid.sample()
+    raster = Raster(sample, info.crs, info.transform, info.nodata, info.band_names, info.path,
+                    roles=info.roles)  # fmt: skip
+    channels = shown_channels(raster)
+    limits = _band_limits(raster, channels, percentiles)
+    order = _rgb_order(raster, channels)
 
     def rgb():
         import dask.array as da
 
-        return [da.stack(levels, axis=-1) for levels in zip(*bands, strict=True)]
+        ordered = [bands[i] for i in order]
+        return [da.stack(levels, axis=-1) for levels in zip(*ordered, strict=True)]
 
     return _image_layers(
         info,
@@ -179,17 +214,25 @@ def pyramid_layers(
         percentiles=percentiles,
         multiscale=True,
         sample=pyramid.sample_description(),
+        channels=channels,
     )
 
 
 def _image_layers(
-    raster, bands, rgb, limits, name, percentiles, multiscale: bool, sample: str | None = None
+    raster,
+    bands,
+    rgb,
+    limits,
+    name,
+    percentiles,
+    multiscale: bool,
+    sample: str | None = None,
+    channels=None,
 ) -> list[LayerData]:
     """The layer tuples of :func:`raster_layers` / :func:`pyramid_layers`: `raster` gives the
     georeferencing (a Raster or a RasterInfo), `bands` each band's data (an array, or a list of
     levels), `rgb()` the (rows, cols, 3) data of a uint8 RGB raster."""
     count = len(bands)
-    dtype = np.dtype(raster.dtype)
     base = name or _base_name(raster.path)
     geo = transform_kwargs(raster.transform)
     names = list(raster.band_names)
@@ -202,7 +245,8 @@ def _image_layers(
             "transform": affine_list(raster.transform),
             "band_names": names,
             "source": _source_text(raster.path),
-            "nodata": raster.nodata,
+            # the value the model's rule uses: the file's, or unflagged fill found at its border
+            "nodata": raster.nodata if channels is None else channels.nodata,
             SAM3_KEY: {
                 "version": METADATA_VERSION,
                 "kind": "image",
@@ -216,7 +260,8 @@ def _image_layers(
         record = _stretch_record(limits[i], percentiles)
         return {**record, "sample": sample} if sample else record
 
-    if dtype == np.uint8 and count == 3:
+    if not limits:  # uint8 colours: one RGB layer, R, G, B as the file declares them
+        names = list(channels.names) if channels is not None else names
         meta = metadata({"rgb_bands": names, "stretch": None})
         kwargs = {"name": base, "rgb": True, "metadata": meta, **extra_kwargs, **geo}
         return [(rgb(), kwargs, "image")]
@@ -235,7 +280,7 @@ def _image_layers(
         }
         return [(bands[0], kwargs, "image")]
 
-    rgb_bands = default_rgb_bands(names)
+    rgb_bands = list(channels.names) if channels is not None else default_rgb_bands(names)
     stack = uuid.uuid4().hex
     layers = []
     for i, band in enumerate(names):

@@ -327,7 +327,8 @@ def scene_exemplar_concepts(
     portable: encoded on scene A, it applies to scene B). Exemplars outside every scene are an
     error naming how many.
     """
-    from napari_sam3.scene.run import read_tile, scene_stats, scene_tiles
+    from napari_sam3.scene.run import read_tile, scene_tiles
+    from napari_sam3.scene.view import scene_view
 
     prompt = as_vector_prompt(exemplars)
     label = name or (
@@ -348,10 +349,10 @@ def scene_exemplar_concepts(
             w = np.clip(np.minimum(x2, bounds[:, 3]) - np.maximum(x1, bounds[:, 1]), 0, None)
             h = np.clip(np.minimum(y2, bounds[:, 2]) - np.maximum(y1, bounds[:, 0]), 0, None)
             groups.setdefault(int(np.argmax(w * h)), []).append(i)
-        stats = scene_stats(source, info, bands, nodata)
+        view = scene_view(source, info, bands, nodata, warn=False)
         for index, members in sorted(groups.items()):
             tile = tiles[index]
-            prepared, _, _, _ = read_tile(client, source, tile, bands, stats, nodata)
+            prepared, _, _, _ = read_tile(client, source, tile, bands, view)
             if prepared is None:  # a tile that is all nodata: its exemplars mark nothing
                 continue
             shift = np.array([tile.col, tile.row, tile.col, tile.row], np.float32)

@@ -23,12 +23,14 @@ from napari_sam3.imagery.raster import (
     BandKey,
     RasterInfo,
     keep_remote_open,
+    pixel_metres,
     raster_info,
     read_raster,
 )
 from napari_sam3.imagery.remote import file_name
 from napari_sam3.imagery.stac import scene_source
-from napari_sam3.imagery.stretch import StretchStats, scene_stretch, to_model_rgb
+from napari_sam3.imagery.stretch import StretchStats, channels_rgb, select_channels
+from napari_sam3.imagery.validity import NodataLike
 from napari_sam3.masks.protocol import frame_masks, tight_crop
 from napari_sam3.prompts.concept import Concept
 from napari_sam3.runtime.cached import heads_bytes, image_bytes
@@ -37,7 +39,8 @@ from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.budget import ScenePlan, resolve_budget
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
-from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, nodata_pixels, tile_grid
+from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, tile_grid
+from napari_sam3.scene.view import SceneView, as_read, scene_view
 
 __all__ = ["PHASES", "SCENE_COLUMNS", "default_in_flight", "segment_scene"]
 
@@ -102,7 +105,7 @@ def segment_scene(
     overlap: int | None = None,
     bands: Sequence[BandKey] | None = None,
     stats: StretchStats | None = None,
-    nodata: float | None = None,
+    nodata: NodataLike = None,
     score_thr: float | None = None,
     mask_thr: float | None = None,
     max_det: int | None = None,
@@ -187,7 +190,7 @@ def segment_scene(
         keep_remote_open(),
         client.cache_limits(plan.feature_cache(), heads_bytes=0, results_bytes=0),
     ):
-        detections, skipped = _run_tiles(
+        detections, skipped, view = _run_tiles(
             client, source, info, run, query, bands, stats, nodata, progress, timings, plan,
             grid,
         )  # fmt: skip
@@ -212,6 +215,7 @@ def segment_scene(
         aoi=window,
         memory=plan.report(),
         skipped_tiles=skipped,
+        view=view,
         timings=timings,
     )
     return frame
@@ -239,11 +243,7 @@ def _covering(tiles: list[Tile]) -> tuple[int, int, int, int]:
 def ground_size(info: RasterInfo, gsd: float | None) -> float:
     """Metres on the ground per pixel of ``info``'s grid: ``gsd``, else the raster's own pixel
     width in metres; NaN where the CRS is missing or not projected."""
-    if gsd is not None:
-        return float(gsd)
-    if info.crs is None or not info.crs.is_projected:
-        return float("nan")
-    return abs(info.transform.a) * info.crs.linear_units_factor[1]
+    return float(gsd) if gsd is not None else pixel_metres(info)
 
 
 def scene_tiles(
@@ -257,44 +257,27 @@ def scene_tiles(
     return tile_grid(info.rows, info.cols, int(size), overlap)
 
 
-def scene_stats(
-    source: Source,
-    info: RasterInfo,
-    bands: Sequence[BandKey] | None,
-    nodata: float | None,
-    gsd: float | None = None,
-    region: tuple[int, int, int, int] | None = None,
-) -> StretchStats | None:
-    """The one stretch of a whole scene, or of ``region`` of it (r0, c0, r1, c1 on the ``gsd``
-    grid); uint8 scenes are used as they are."""
-    if info.dtype == np.uint8:
-        return None
-    window = None if region is None else np.s_[region[0] : region[2], region[1] : region[3]]
-    return scene_stretch(source, bands=bands, nodata=nodata, window=window, gsd=gsd)
-
-
 def read_tile(
     client: Any,
     source: Source,
     tile: Tile,
     bands: Sequence[BandKey] | None,
-    stats: StretchStats | None,
-    nodata: float | None,
+    view: SceneView,
     gsd: float | None = None,
 ) -> tuple[Any, np.ndarray | None, float, float]:
-    """One tile as the model sees it: (PreparedImage, or None where the tile is all nodata;
-    the nodata mask or None; seconds reading; seconds stretching). Nodata pixels are zeroed.
-    ``gsd``: the tile is a window of that grid (:func:`~napari_sam3.imagery.raster.ground_grid`)."""
+    """One tile as the model sees it, read with the scene's decisions: (PreparedImage, or None
+    where the tile has no valid pixel; its invalid pixels or None; seconds reading; seconds
+    stretching). Invalid pixels reach the model as 0. ``gsd``: the tile is a window of that
+    grid (:func:`~napari_sam3.imagery.raster.ground_grid`)."""
     t0 = time.perf_counter()
     raster = read_raster(source, bands=bands, window=tile.slices, gsd=gsd)
     t1 = time.perf_counter()
-    invalid = nodata_pixels(raster.data, raster.nodata if nodata is None else nodata)
-    if invalid is not None and invalid.all():
-        return None, invalid, t1 - t0, time.perf_counter() - t1
-    rgb = to_model_rgb(raster, stats=stats, nodata=nodata)
-    if invalid is not None:
-        rgb[invalid] = 0
-    return client.prepare(rgb), invalid, t1 - t0, time.perf_counter() - t1
+    chosen = as_read(bands, raster.shape[0])
+    channels = select_channels(raster, chosen, view.tile_nodata)
+    if channels.invalid is not None and channels.invalid.all():
+        return None, channels.invalid, t1 - t0, time.perf_counter() - t1
+    rgb = channels_rgb(channels, view.stats)
+    return client.prepare(rgb), channels.invalid, t1 - t0, time.perf_counter() - t1
 
 
 def scene_plan(
@@ -333,13 +316,14 @@ def _run_tiles(
     query: _Query,
     bands: Sequence[BandKey] | None,
     stats: StretchStats | None,
-    nodata: float | None,
+    nodata: NodataLike,
     progress: Progress,
     timings: dict[str, float],
     plan: ScenePlan,
     grid: _Grid | None = None,
-) -> tuple[list[Detection], int]:
-    """Every tile through the model: (detections in scene pixels, tiles skipped).
+) -> tuple[list[Detection], int, SceneView]:
+    """Every tile through the model: (detections in scene pixels, tiles skipped, what the model
+    was given).
 
     Three stages: one thread reads and stretches tiles in order (at most ``_READ_AHEAD`` ready
     before the model takes them); up to ``plan.requested`` threads run the model, as many at
@@ -349,13 +333,12 @@ def _run_tiles(
     """
     grid = grid or _Grid()
     t0 = time.perf_counter()
-    if stats is None:
-        stats = scene_stats(source, info, bands, nodata, grid.gsd, grid.region)
+    view = scene_view(source, info, bands, nodata, grid.gsd, grid.region, stats)
     timings["scene_stats"] = time.perf_counter() - t0
     timings["stretch"] += timings["scene_stats"]
 
     def load(tile: Tile) -> tuple[Any, np.ndarray | None, float, float]:
-        return read_tile(client, source, tile, bands, stats, nodata, grid.gsd)
+        return read_tile(client, source, tile, bands, view, grid.gsd)
 
     def infer(prepared: Any, limit: int) -> tuple[list[pd.DataFrame], float]:
         t0 = time.perf_counter()
@@ -445,7 +428,7 @@ def _run_tiles(
     finally:
         report(None)
 
-    return detections, skipped
+    return detections, skipped, view
 
 
 def _query(

@@ -9,7 +9,7 @@ import numpy as np
 
 from napari_sam3.core import validate
 
-__all__ = ["GDAL_CACHE_BYTES", "Tile", "nodata_pixels", "tile_grid"]
+__all__ = ["GDAL_CACHE_BYTES", "Tile", "tile_grid"]
 
 # GDAL's block cache while a scene is read: by default 5% of the machine's memory, which a
 # decimated read of a big GeoTIFF without overviews fills with the whole decompressed scene.
@@ -67,23 +67,3 @@ def tile_grid(rows: int, cols: int, tile_size: int, overlap: int) -> list[Tile]:
             h, w = min(tile_size, rows - r), min(tile_size, cols - c)
             tiles.append(Tile(len(tiles), r, c, int(h), int(w)))
     return tiles
-
-
-def nodata_pixels(data: np.ndarray, nodata: float | None) -> np.ndarray | None:
-    """Bool (rows, cols): True where any band is nodata or NaN; None when there is none."""
-    invalid = None
-    if nodata is not None and not math.isnan(nodata):
-        invalid = (data == data.dtype.type(nodata)).any(axis=0) if _fits(data, nodata) else None
-    if data.dtype.kind == "f":
-        nan = np.isnan(data).any(axis=0)
-        invalid = nan if invalid is None else invalid | nan
-    if invalid is not None and not invalid.any():
-        return None
-    return invalid
-
-
-def _fits(data: np.ndarray, value: float) -> bool:
-    if data.dtype.kind == "f":
-        return True
-    info = np.iinfo(data.dtype)
-    return value == int(value) and info.min <= value <= info.max
