@@ -204,6 +204,8 @@ def segment(job: dict[str, Any], events: Events) -> None:
             **scene,
         )
         events.emit("info", message=describe_plan(df.attrs["memory"]))
+        for line in df.attrs["view"].lines():  # what the model was given
+            events.emit("info", message=line)
         df = add_provenance(df, client.manifest)
         df["source"] = name
         write_scene(df, job["output"], raster, postprocess=post)

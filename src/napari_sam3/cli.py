@@ -707,6 +707,8 @@ def cmd_segment(args: argparse.Namespace) -> int:
         )
         if not args.quiet:
             print(f"napari-sam3:   {describe_plan(df.attrs['memory'])}")
+            for line in df.attrs["view"].lines():  # what the model was given
+                print(f"napari-sam3:   {line}")
     if merged is not None and layers:
         import pandas as pd
 

@@ -319,6 +319,9 @@ def test_info_says_what_the_model_sees_and_writes_its_view(scene, tmp_path):
         describe(path, tile_size=32, preview=preview)
     view = scene_view(path, raster_info(path), warn=False)
     assert view.nodata == 0 and view.valid_share == pytest.approx(share, abs=1e-9)
+    assert view.summary().endswith(
+        f"{share:.0%} valid (unflagged fill 0 in every band (inferred)); 0 inferred as fill"
+    )
 
 
 # -- through a scene run and the command line ----------------------------------------------------
@@ -395,3 +398,14 @@ def test_the_napari_reader_shows_what_the_model_sees(scene, tmp_path):
     for (_, kwargs, _), low, high in zip(layers, view.stats.low, view.stats.high, strict=True):
         assert kwargs["metadata"]["nodata"] == 0
         assert kwargs["contrast_limits"] == pytest.approx((low, high))
+
+
+def test_a_nodata_that_leaves_nothing_is_refused_with_what_to_do(scene, tmp_path):
+    data, _, crop = scene
+    white = np.full_like(data[:, :40, :40], 255).astype("uint8")
+    path = _write(tmp_path / "white.tif", white, crop)
+    with pytest.raises(
+        ValueError, match=r"white.tif has no valid pixel \(nodata 255 in every band"
+    ):
+        scene_view(path, raster_info(path), nodata=255)
+    assert scene_view(path, raster_info(path), nodata=0).valid_share == 1.0

@@ -383,7 +383,7 @@ def test_the_mask_kernels_use_at_most_the_threads_asked_for(eight_cpus):
 def test_an_embedded_client_sets_the_mask_threads(eight_cpus, tiny_repository):
     from napari_sam3 import Sam3Client
 
-    Sam3Client.local(tiny_repository, threads=3)
+    Sam3Client.local(tiny_repository, threads=3, precision="fp32")
     assert rle_kernels.workers() == 3
-    Sam3Client.local(tiny_repository)  # threads 0: every CPU
+    Sam3Client.local(tiny_repository, precision="fp32")  # threads 0: every CPU
     assert rle_kernels.workers() == 8

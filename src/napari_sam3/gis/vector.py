@@ -307,8 +307,10 @@ def _no_crs_message(raster: Any, affine: Affine) -> str:
         else "the coordinates of the given transform"
     )
     return (
-        f"{what}: the polygons are in {where} and the GeoDataFrame has no CRS; "
-        "pass raster= (a georeferenced Raster) or crs= and transform= to place them on the map."
+        f"{what}: the polygons are in {where} and have no CRS. To place them on the map, "
+        "georeference the raster first (gdal_translate -a_srs EPSG:XXXX -a_ullr ULX ULY LRX LRY "
+        "in.tif out.tif, or QGIS's Georeferencer) or, in Python, pass raster= (a georeferenced "
+        "Raster) or crs= and transform=."
     )
 
 

@@ -48,6 +48,12 @@ class SceneView:
         """``nodata=`` for each tile's read: the decided value, or 'none' (no second guess)."""
         return NO_NODATA if self.nodata is None else self.nodata
 
+    def summary(self) -> str:
+        """The facts in one line (the napari panel's status)."""
+        bands = ", ".join(self.band_names) or "as read"
+        fill = "" if self.fill is None else f"; {_number(self.fill.value)} inferred as fill"
+        return f"model saw bands {bands}, {self.valid_share:.0%} valid ({self.rule}){fill}"
+
     def lines(self) -> list[str]:
         stretch = (
             "none (uint8 bands as they are)"
@@ -102,7 +108,13 @@ def _decide(source, info, bands, nodata, gsd, region, stats, percentiles, warn):
     why = channels.why if bands is None else "bands " + ", ".join(map(str, bands)) + " as asked"
     invalid = channels.invalid
     share = 1.0 if invalid is None else 1.0 - float(np.count_nonzero(invalid)) / invalid.size
-    if stats is None and channels.planes[0].dtype != np.uint8 and share > 0:
+    if share == 0:
+        raise ValueError(
+            f"{_name(info.path)} has no valid pixel ({_rule(info, asked, channels.nodata, None)}"
+            f"{'' if region is None else ', in the area of interest'}): nothing to segment; if "
+            "the nodata value is wrong, pass another (--nodata VALUE) or none (--nodata none)"
+        )
+    if stats is None and channels.planes[0].dtype != np.uint8:
         stats = stretch_of(channels, percentiles)
     view = SceneView(
         band_names=channels.names,

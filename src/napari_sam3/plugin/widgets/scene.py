@@ -319,7 +319,9 @@ class SceneWidget(Sam3Widget):
                 record["image_layer"] = layer.name
             kwargs = _file_layer_kwargs(frame.attrs["scene"], name, features, record)
         self.result = self.viewer.add_labels(labels, **kwargs)
-        return f"{len(frame)} object(s) in {tiles} tiles -> layer '{self.result.name}'"
+        done = f"{len(frame)} object(s) in {tiles} tiles -> layer '{self.result.name}'"
+        view = frame.attrs.get("view")
+        return done if view is None else f"{done}; {view.summary()}"
 
 
 def _file_layer_kwargs(scene: dict, name: str, features, record: dict) -> dict:
