@@ -121,7 +121,7 @@ def test_a_hard_link_to_an_input_is_refused_by_the_library(tiny_repository, scen
     out.mkdir()
     os.link(scenes / "small.tif", out / "small.tif")
     before = _digest(scenes / "small.tif")
-    spec = ConnectionSpec(repository=tiny_repository)
+    spec = ConnectionSpec(repository=tiny_repository, precision="fp32")
     with pytest.raises(OutputIsInput, match="is the input raster"):
         segment_scenes(
             spec, [scenes / "small.tif"], out, fmt="tif", overwrite=True, prompt="building"

@@ -46,13 +46,18 @@ def test_connect_embedded_and_remember(make_napari_viewer, sam3_repository, ui):
     viewer.window.add_dock_widget(widget)
     assert widget.engine.value == EMBEDDED
     widget.repository.value = str(sam3_repository)
+    widget.precision.value = "fp32"  # the suite's precision, chosen as an analyst would
     ui.run(widget, widget.connect_button)
 
     assert_runs_repository(STATE.client, sam3_repository)
     assert "RANDOM WEIGHTS" in widget.model.value and "RANDOM WEIGHTS" in panel.model.value
     assert "exemplar slots: 8" in widget.info.value
     saved = load_connection()
-    assert (saved.engine, saved.repository) == ("embedded", str(sam3_repository))
+    assert (saved.engine, saved.repository, saved.precision) == (
+        "embedded",
+        str(sam3_repository),
+        "fp32",
+    )
 
     # A new napari session: the widget comes back with the same choice.
     viewer2 = make_napari_viewer()
@@ -66,7 +71,9 @@ def test_connect_on_start(make_napari_viewer, sam3_repository, ui):
     from napari_sam3.plugin.widgets import ConnectionWidget
     from napari_sam3.plugin.widgets._common import STATE
 
-    save_connection(ConnectionSettings(repository=str(sam3_repository), connect_on_start=True))
+    save_connection(
+        ConnectionSettings(repository=str(sam3_repository), precision="fp32", connect_on_start=True)
+    )
     widget = ConnectionWidget(make_napari_viewer())
     ui.wait(widget)
     assert widget.last_error is None, widget.status.value
@@ -120,6 +127,7 @@ def test_disconnect_closes_the_client_it_made(make_napari_viewer, sam3_repositor
 
     widget = ConnectionWidget(make_napari_viewer())
     widget.repository.value = str(sam3_repository)
+    widget.precision.value = "fp32"
     ui.run(widget, widget.connect_button)
     made = STATE.client
     assert_runs_repository(made, sam3_repository)

@@ -48,7 +48,7 @@ def counts(out):
 def test_workers_2_match_a_serial_run_and_resume_rewrites_nothing(
     folder, tiny_repository, tmp_path, capsys
 ):
-    spec = ConnectionSpec(repository=str(tiny_repository))
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
     paths = sorted(folder.glob("*.tif"))
     serial = segment_scenes(spec, paths, tmp_path / "serial", prompt="building", score_thr=0.0)
     assert set(serial.failed) == {str(folder / "truncated.tif")}
@@ -80,7 +80,7 @@ def test_workers_2_match_a_serial_run_and_resume_rewrites_nothing(
 
 
 def test_changed_input_or_options_are_not_skipped(folder, tiny_repository, tmp_path):
-    spec = ConnectionSpec(repository=str(tiny_repository))
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
     paths = [folder / "north.tif"]
     out = tmp_path / "out"
     first = segment_scenes(spec, paths, out, prompt="building", score_thr=0.0)
@@ -107,7 +107,7 @@ def test_a_second_run_on_a_locked_folder_refuses(folder, tiny_repository, tmp_pa
     (out / LOCK).write_text(json.dumps({"pid": 2**22 + 12345, "host": os.uname().nodename}))
     with pytest.warns(UserWarning, match="stale lock"):
         result = segment_scenes(
-            ConnectionSpec(repository=str(tiny_repository)), [folder / "north.tif"], out,
+            ConnectionSpec(repository=str(tiny_repository), precision="fp32"), [folder / "north.tif"], out,
             prompt="building",
         )  # fmt: skip
     assert result.ok and not (out / LOCK).exists()
@@ -115,7 +115,7 @@ def test_a_second_run_on_a_locked_folder_refuses(folder, tiny_repository, tmp_pa
 
 def test_a_scheduler_that_does_not_answer_is_named(folder, tiny_repository, tmp_path):
     address = f"tcp://127.0.0.1:{free_port()}"
-    spec = ConnectionSpec(repository=str(tiny_repository))
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
     with pytest.raises(ConnectionError) as error:
         segment_scenes(spec, [folder / "north.tif"], tmp_path / "o", prompt="building",
                        scheduler=address, scheduler_timeout=0.5)  # fmt: skip
@@ -127,7 +127,7 @@ def test_a_band_free_label_raster_folder(folder, tiny_repository, tmp_path):
     """tif outputs too: label rasters on each scene's grid."""
     out = tmp_path / "labels"
     result = segment_scenes(
-        ConnectionSpec(repository=str(tiny_repository)), [folder / "south.tif"], out,
+        ConnectionSpec(repository=str(tiny_repository), precision="fp32"), [folder / "south.tif"], out,
         fmt="tif", prompt="building", score_thr=0.0,
     )  # fmt: skip
     assert result.ok

@@ -323,7 +323,7 @@ def test_each_option_reaches_the_workers(
     fill = {**{k: str(v) for k, v in exemplars.items()}, "concept": str(concept_file)}
     extra = [a.format(**fill) for a in extra]
     found = {"repository": tiny_repository, "out": tmp_path / "out"}
-    model = ["--models", tiny_repository]
+    model = ["--models", tiny_repository, "--precision", "fp32"]
     if "TLS" in extra:
         require_tritonserver()
         server = request.getfixturevalue("tls_server")

@@ -30,7 +30,7 @@ def two_scenes(s2_rgb_paths, tmp_path_factory):
 def test_progress_reports_every_tile_and_a_cancel_keeps_the_finished_scenes(
     two_scenes, tiny_repository, tmp_path
 ):
-    spec = ConnectionSpec(repository=str(tiny_repository))
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
     seen = []
     out = tmp_path / "out"
     segment_scenes(spec, two_scenes, out, progress=lambda *a: seen.append(a), prompt="building")
@@ -53,6 +53,6 @@ def test_progress_reports_every_tile_and_a_cancel_keeps_the_finished_scenes(
 
 
 def test_progress_is_refused_for_a_dask_cluster(two_scenes, tiny_repository, tmp_path):
-    spec = ConnectionSpec(repository=str(tiny_repository))
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
     with pytest.raises(ValueError, match="progress reports tiles of scenes run in this process"):
         segment_scenes(spec, two_scenes, tmp_path, workers=2, progress=print, prompt="building")

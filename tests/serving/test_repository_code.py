@@ -42,7 +42,7 @@ def test_sam3_serve_refuses_other_code_and_says_how_to_refresh(old_repository):
 
 def test_the_embedded_engine_warns_with_the_command(old_repository):
     with pytest.warns(UserWarning, match="sam3-export --refresh --out"):
-        LocalEngine(old_repository)
+        LocalEngine(old_repository, precision="fp32")
 
 
 def test_refresh_rewrites_the_code_and_keeps_graphs_and_options(old_repository, capsys):

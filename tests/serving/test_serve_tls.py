@@ -91,7 +91,8 @@ def test_mutual_tls_requires_a_client_certificate(sam3_serve, tiny_repository, c
     grpc = free_port()
     serve = sam3_serve(tiny_repository, "--grpc-port", grpc, "--http-port", free_port(),
                        "--tls-cert", certs / "server.pem", "--tls-key", certs / "server.key",
-                       "--tls-root-cert", certs / "ca.pem")  # fmt: skip
+                       "--tls-root-cert", certs / "ca.pem", "--timeout", 200)  # fmt: skip
+    # sam3-serve gives up first (--timeout) and says why: a slow start fails with its reason
     serve.wait_for("ready on grpc\\+tls", timeout=240)
     address = f"127.0.0.1:{grpc}"
     _refused(_grpc(address, root_certificates=str(certs / "ca.pem")))
