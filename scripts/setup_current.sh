@@ -23,7 +23,8 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$wanted" ]; then
     # The test runner, at the bounds the `test` extra of pyproject.toml gives.
     mapfile -t runner < <("$VENV/bin/python" - <<'EOF'
 import re, tomllib
-names = ["pytest", "pytest-qt", "pytest-xvfb", "pytest-timeout", "hypothesis", "pycocotools"]
+names = ["pytest", "pytest-qt", "pytest-xvfb", "pytest-timeout", "pytest-xdist", "hypothesis",
+         "pycocotools"]
 test = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]
 specs = {re.match(r"[A-Za-z0-9_.-]+", r)[0].lower(): r for r in test}
 missing = [n for n in names if n not in specs]

@@ -45,13 +45,17 @@ current_setup=$!
 cp -r "$work/tiny_repository" "$work/tiny_repository_current"
 
 main=0
-SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository" .venv/bin/python -m pytest --durations=30 || main=$?
+# Two workers (pytest-xdist): the tests of one file, and all export tests, share a worker
+# (tests/conftest.py gives each an xdist group), so module and export fixtures are made once.
+PARALLEL=(-n 2 --dist loadgroup)
+SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository" .venv/bin/python -m pytest "${PARALLEL[@]}" \
+    --durations=30 || main=$?
 
 current=0
 if wait "$current_setup"; then
     current_setup=""
     grep '^\[setup-current\]' "$work/setup_current.log" || true
-    SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository_current" .venv-current/bin/python -m pytest --durations=15 \
+    SAM3_TEST_TINY_REPOSITORY="$work/tiny_repository_current" .venv-current/bin/python -m pytest "${PARALLEL[@]}" --durations=15 \
         -m "not needs_export and not needs_tritonserver" "${CURRENT_TESTS[@]}" || current=$?
 else
     current=$?

@@ -47,6 +47,14 @@ except ImportError:  # the export tool is optional for the client-only tests
 def pytest_collection_modifyitems(items):
     for item in items:
         mark_needs(item)
+        item.add_marker(pytest.mark.xdist_group(_share_group(item)))
+
+
+def _share_group(item) -> str:
+    """With pytest-xdist's `--dist loadgroup` (scripts/test.sh), the tests that share module
+    fixtures (a file) run in one worker; the export tests, which share session exports, in one."""
+    path = Path(str(item.path))
+    return "export" if "export" in path.parent.parts[-1:] else str(path)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -161,7 +161,7 @@ def test_mask_bands_mark_the_outside(scene, tmp_path, where):
 
 
 # -- band roles ----------------------------------------------------------------------------------
-def test_declared_blue_green_red_reaches_the_model_as_red_green_blue(scene, tmp_path):
+def test_declared_blue_green_red_reaches_the_model_as_red_green_blue(scene, tmp_path, local_client):
     data, _, crop = scene
     bgr = data[::-1].copy()
     path = _write(tmp_path / "bgr.tif", bgr, crop,
@@ -169,6 +169,11 @@ def test_declared_blue_green_red_reaches_the_model_as_red_green_blue(scene, tmp_
     rgb, _ = model_input(read_raster(path))
     reference, _ = model_input(read_raster(_write(tmp_path / "rgb.tif", data, crop)))
     np.testing.assert_array_equal(rgb, reference)
+    np.testing.assert_array_equal(local_client.prepare(path).rgb, reference)
+    # bands the analyst chose are taken in the order chosen, whatever the file declares
+    asked, _ = model_input(read_raster(path, bands=(1, 2, 3)), bands=(1, 2, 3))
+    np.testing.assert_array_equal(local_client.prepare(path, bands=(1, 2, 3)).rgb, asked)
+    np.testing.assert_array_equal(asked, reference[..., ::-1])
 
 
 def test_band_descriptions_name_the_colours(scene, tmp_path):

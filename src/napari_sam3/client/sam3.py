@@ -234,7 +234,8 @@ class Sam3Client:
             validate.image_side(info.rows, info.cols, f"raster {Path(image).name}")
             validate.image_pixels(info.rows, info.cols, f"raster {Path(image).name}")
             image = read_raster(Path(image), bands=bands)
-            bands = None
+            # read as asked: all of it, in that order (None lets the file's colours decide)
+            bands = None if bands is None else list(range(1, image.data.shape[0] + 1))
         elif isinstance(image, Raster | np.ndarray):
             rows, cols = _plane_shape(image)
             validate.image_pixels(rows, cols)

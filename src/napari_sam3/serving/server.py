@@ -34,7 +34,7 @@ from napari_sam3.serving.ports import PortError, _connect_host, check_port, free
 from napari_sam3.serving.processes import (
     SHM_PREFIX,
     _die_with_parent,
-    _regions_of_other_stubs,
+    _regions_of_others,
     _shm_regions,
 )
 from napari_sam3.serving.repository_check import ModelEntry, RepositoryError, check_repository
@@ -409,7 +409,7 @@ class TritonServer:
                 os.killpg(self.process.pid, signal.SIGKILL)
         # Our stubs' regions, and regions new since the start that no other server's stub uses.
         own_pids = {self.process.pid} if self.process is not None else set()
-        leftover = (_shm_regions() - self._shm_before) - _regions_of_other_stubs(own_pids)
+        leftover = (_shm_regions() - self._shm_before) - _regions_of_others(own_pids)
         for region in (self._own_regions | leftover) & _shm_regions():
             with contextlib.suppress(FileNotFoundError, PermissionError):
                 os.unlink(f"/dev/shm/{region}")
