@@ -152,17 +152,7 @@ def test_the_demo_refuses_to_replace_its_outputs_without_overwrite(
     out.mkdir()
     (out / "detections.gpkg").write_bytes(b"yesterday's run")
     (out / "overlay.png").write_bytes(b"yesterday's picture")
-    args = [
-        "demo",
-        "--models",
-        str(tiny_repository),
-        "--precision",
-        "fp32",
-        "--out",
-        str(out),
-        "--keywords",
-        "field",
-    ]
+    args = _demo(tiny_repository, out)
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "detections.gpkg exist; pass --overwrite to replace" in err
@@ -177,18 +167,13 @@ def test_the_demo_refuses_to_replace_its_outputs_without_overwrite(
     assert "random_weights" in gpd.read_file(out / "detections.gpkg").columns
 
 
+def _demo(repository, out) -> list[str]:
+    return ["demo", "--models", str(repository), "--precision", "fp32", "--out", str(out),
+            "--keywords", "field"]  # fmt: skip
+
+
 def test_a_fresh_demo_folder_needs_no_overwrite(tiny_repository, tmp_path):
     out = tmp_path / "fresh"
-    args = [
-        "demo",
-        "--models",
-        str(tiny_repository),
-        "--precision",
-        "fp32",
-        "--out",
-        str(out),
-        "--keywords",
-        "field",
-    ]
+    args = _demo(tiny_repository, out)
     assert main(args) == 0
     assert sorted(p.name for p in out.iterdir()) == ["detections.gpkg", "overlay.png"]
