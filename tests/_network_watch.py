@@ -92,7 +92,16 @@ def run_watched(
     trace = tmp_path / "strace.log"
     strace = shutil.which("strace")
     assert strace, "strace is missing: scripts/setup.sh installs it"
-    full = [strace, "-f", "-qq", "-e", "trace=connect,sendto,sendmsg,sendmmsg", "-o", str(trace)]
+    full = [
+        strace,
+        "-f",
+        "--seccomp-bpf",
+        "-qq",
+        "-e",
+        "trace=connect,sendto,sendmsg,sendmmsg",
+        "-o",
+        str(trace),
+    ]
     done = subprocess.run(
         [*full, *command], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
