@@ -24,13 +24,18 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from napari_sam3.imagery.bands import BandKey, model_bands, resolve_bands
-from napari_sam3.imagery.raster import PathLike, Raster, WindowLike, read_raster
+from napari_sam3.imagery.raster import (
+    PathLike,
+    Raster,
+    WindowLike,
+    _describe_path,
+    read_raster,
+)
 from napari_sam3.imagery.validity import (
     Fill,
     NodataLike,
@@ -312,12 +317,7 @@ def select_channels(
 
 
 def _describe(image: np.ndarray | Raster) -> str:
-    if isinstance(image, Raster):
-        path = image.path
-        if isinstance(path, tuple):
-            return "[" + ", ".join(Path(str(p)).name for p in path) + "]"
-        return Path(str(path)).name or "the raster"
-    return "the array"
+    return _describe_path(image.path) if isinstance(image, Raster) else "the array"
 
 
 def _check_array(arr: np.ndarray) -> None:

@@ -15,8 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from napari_sam3.imagery.bands import BandKey
-from napari_sam3.imagery.raster import RasterInfo, Source, pixel_metres, raster_info, read_raster
-from napari_sam3.imagery.remote import file_name
+from napari_sam3.imagery.raster import (
+    RasterInfo,
+    Source,
+    _describe_path,
+    pixel_metres,
+    raster_info,
+    read_raster,
+)
 from napari_sam3.imagery.stretch import (
     Channels,
     StretchStats,
@@ -24,7 +30,7 @@ from napari_sam3.imagery.stretch import (
     select_channels,
     stretch_of,
 )
-from napari_sam3.imagery.validity import NO_NODATA, Fill, NodataLike, check_nodata
+from napari_sam3.imagery.validity import NO_NODATA, Fill, NodataLike, _number, check_nodata
 
 # The decimated read the decisions are made on (longest side, pixels).
 VIEW_SIZE = 2048
@@ -110,7 +116,7 @@ def _decide(source, info, bands, nodata, gsd, region, stats, percentiles, warn):
     share = 1.0 if invalid is None else 1.0 - float(np.count_nonzero(invalid)) / invalid.size
     if share == 0:
         raise ValueError(
-            f"{_name(info.path)} has no valid pixel ({_rule(info, asked, channels.nodata, None)}"
+            f"{_describe_path(info.path)} has no valid pixel ({_rule(info, asked, channels.nodata, None)}"
             f"{'' if region is None else ', in the area of interest'}): nothing to segment; if "
             "the nodata value is wrong, pass another (--nodata VALUE) or none (--nodata none)"
         )
@@ -150,7 +156,7 @@ def describe(
     metres = pixel_metres(info) if gsd is None else float(gsd)
     crs = "no CRS" if info.crs is None else info.crs.to_string()
     lines = [
-        f"raster: {_name(info.path)}: {info.rows} x {info.cols} pixels, {info.count} band(s) "
+        f"raster: {_describe_path(info.path)}: {info.rows} x {info.cols} pixels, {info.count} band(s) "
         f"{np.dtype(info.dtype)}, {crs}, "
         + ("pixel size unknown" if math.isnan(metres) else f"{metres:.3g} m per pixel"),
     ]
@@ -216,12 +222,6 @@ def write_png(rgb: np.ndarray, path: str | os.PathLike, overwrite: bool = False)
     return path
 
 
-def _name(path) -> str:
-    if isinstance(path, tuple):
-        return "[" + ", ".join(file_name(p) for p in path) + "]"
-    return file_name(path)
-
-
 def as_read(bands: Sequence[BandKey] | None, count: int) -> list[int] | None:
     """``bands=`` for a raster already read with ``bands``: all of it, in the order asked (None
     lets the bands' colour interpretation decide)."""
@@ -244,7 +244,3 @@ def _rule(info: RasterInfo, asked, value: float | None, fill: Fill | None) -> st
     parts.append("NaN" if np.dtype(info.dtype).kind == "f" else "")
     text = "; ".join(p for p in parts if p)
     return text or "every pixel (no nodata, mask or fill)"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
