@@ -139,8 +139,8 @@ def _what(job: dict[str, Any]) -> list[str]:
     return keywords
 
 
-def _concepts(job: dict[str, Any], client: Any, rasters: list[str], scene: dict) -> list[Any]:
-    """The CONCEPTS files (checked against the model) and the concepts EXEMPLARS encode."""
+def _concepts(job: dict[str, Any], client: Any) -> list[Any]:
+    """The CONCEPTS files, checked against the model."""
     from napari_sam3.prompts.concept import Concept
 
     concepts = []
@@ -149,26 +149,51 @@ def _concepts(job: dict[str, Any], client: Any, rasters: list[str], scene: dict)
             concepts.append(Concept.load_named(path, client.manifest))
         except (ValueError, OSError) as error:
             raise ValueError(f"CONCEPTS {path}: {error}") from error
-    exemplars = job.get("exemplars")
-    if exemplars:
-        from napari_sam3.prompts.vector import VectorPrompt, scene_exemplar_concepts
-
-        prompt = VectorPrompt(exemplars["path"], exemplars.get("label_column"))
-        encoded = scene_exemplar_concepts(
-            client, rasters, prompt, bands=scene["bands"], name=exemplars.get("name")
-        )
-        concepts += encoded
     return concepts
 
 
-def _scene_options(job: dict[str, Any]) -> dict[str, Any]:
+def _exemplars(job: dict[str, Any]) -> Any:
+    exemplars = job.get("exemplars")
+    if not exemplars:
+        return None
+    from napari_sam3.prompts.vector import VectorPrompt
+
+    return VectorPrompt(exemplars["path"], exemplars.get("label_column"))
+
+
+def _query(
+    job: dict[str, Any], keywords: list[str], client: Any, rasters: list[str], settings: Any
+) -> Any:
+    """The job's Query: keywords, CONCEPTS, the concepts EXEMPLARS encode (once, over all the
+    rasters), the thresholds and the post-processing."""
+    from napari_sam3.prompts.query import Query
+    from napari_sam3.prompts.vector import scene_exemplar_concepts
+
+    concepts = _concepts(job, client)
+    exemplars = _exemplars(job)
+    if exemplars is not None:
+        concepts += scene_exemplar_concepts(
+            client, rasters, exemplars, bands=settings.bands, name=job["exemplars"].get("name")
+        )
+    thresholds = {k: job[k] for k in ("score_thr", "max_det", "dedup") if job.get(k) is not None}
+    return Query(
+        keywords=tuple(keywords),
+        concepts=tuple(concepts),
+        postprocess=_postprocess(job),
+        concept_files=tuple(job.get("concepts") or ()),
+        **thresholds,
+    )
+
+
+def _settings(job: dict[str, Any]) -> Any:
     from napari_sam3.imagery.bands import parse_bands
+    from napari_sam3.scene.settings import SceneSettings
 
     bands = job.get("bands")
-    names = ("score_thr", "max_det", "dedup", "memory_budget")
-    out = {k: job[k] for k in names if job.get(k) is not None}
-    out["bands"] = parse_bands(bands) if isinstance(bands, str) else bands or None
-    return out
+    return SceneSettings(
+        bands=parse_bands(bands) if isinstance(bands, str) else bands or None,
+        memory_budget=job.get("memory_budget"),
+    )
 
 
 def _postprocess(job: dict[str, Any]) -> Any:
@@ -180,49 +205,52 @@ def _postprocess(job: dict[str, Any]) -> Any:
 
 def segment(job: dict[str, Any], events: Events) -> None:
     """One raster (or the EXTENT's window of it) -> a file of polygons with provenance."""
-    from napari_sam3.gis.vector import add_provenance
-    from napari_sam3.scene import segment_scene, write_scene
     from napari_sam3.scene.budget import describe_plan
+    from napari_sam3.scene.driver import segment_to_file
 
     raster, name = job["raster"], job.get("source_name") or Path(job["raster"]).name
     keywords = _what(job)
-    scene = _scene_options(job)
-    post = _postprocess(job)
+    settings = _settings(job)
     _georeferenced(raster, name)
     spec = _connection(job)
     client = _connect(spec, events)
     try:
         events.check()
-        concepts = _concepts(job, client, [raster], scene)
+        query = _query(job, keywords, client, [raster], settings)
         events.check()
-        df = segment_scene(
+        outcome = segment_to_file(
             client,
             raster,
-            keywords=keywords or None,
-            concept=concepts or None,
+            job["output"],
+            query,
+            settings,
             progress=events.tiles(name),
-            **scene,
+            name=name,
         )
-        events.emit("info", message=describe_plan(df.attrs["memory"]))
-        for line in df.attrs["view"].lines():  # what the model was given
-            events.emit("info", message=line)
-        df = add_provenance(df, client.manifest)
-        df["source"] = name
-        write_scene(df, job["output"], raster, postprocess=post)
     finally:
         client.close()
-    counts = df.groupby("keyword").size().to_dict() if len(df) else {}
-    events.emit("result", path=job["output"], features=len(df), counts=counts)
+    df = outcome.frame
+    events.emit("info", message=describe_plan(df.attrs["memory"]))
+    for line in df.attrs["view"].lines():  # what the model was given
+        events.emit("info", message=line)
+    for text in outcome.warnings:
+        events.emit("warning", message=text)
+    events.emit("result", path=job["output"], features=len(df), counts=outcome.counts)
 
 
 def encode_concept(job: dict[str, Any], events: Events) -> None:
     """EXEMPLARS on a raster -> one portable concept (.npz)."""
+    from napari_sam3.prompts.vector import scene_exemplar_concepts
+
     raster, name = job["raster"], job.get("source_name") or Path(job["raster"]).name
-    scene = _scene_options(job)
+    settings = _settings(job)
     _georeferenced(raster, name)
     client = _connect(_connection(job), events)
     try:
-        concepts = _concepts(job, client, [raster], scene)
+        concepts = scene_exemplar_concepts(
+            client, [raster], _exemplars(job), bands=settings.bands,
+            name=job["exemplars"].get("name"),
+        )  # fmt: skip
     finally:
         client.close()
     if len(concepts) > 1:
@@ -254,11 +282,11 @@ def segment_folder(job: dict[str, Any], events: Events) -> None:
             f"folder {folder} holds no rasters (looked for {', '.join(RASTER_SUFFIXES)})"
         )
     keywords = _what(job)
-    scene = _scene_options(job)
+    settings = _settings(job)
     spec = _connection(job)
     client = _connect(spec, events)
     try:  # encoded once, here, so every raster gets the very same concepts
-        concepts = _concepts(job, client, [str(p) for p in rasters], scene)
+        query = _query(job, keywords, client, [str(p) for p in rasters], settings)
     finally:
         client.close()
     done = 0
@@ -285,15 +313,13 @@ def segment_folder(job: dict[str, Any], events: Events) -> None:
         spec,
         rasters,
         job["output"],
+        query,
+        settings,
         fmt=job["format"],
         resume=job["resume"],
         overwrite=job["overwrite"],
-        postprocess=_postprocess(job),
         report=report,
         progress=tiles,
-        keywords=keywords or None,
-        concept=concepts or None,
-        **scene,
     )
     events.emit(
         "result",

@@ -401,7 +401,11 @@ def _refuse_inputs(outputs: list[Path], protected: dict[str, list[Path]]) -> Non
         raise UsageError(f"--out: {error}") from None
 
 
-def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
+def _scene_settings(args: argparse.Namespace) -> Any:
+    """The run's SceneSettings from the options, and the early refusals of what to look for
+    (before the model loads); the Query itself is made once the concepts are read."""
+    from napari_sam3.scene.settings import SceneSettings
+
     keywords = parse_keywords(args.keywords)
     if args.prompt is None and not keywords and not args.concept and not args.exemplars:
         raise UsageError("nothing to look for: give --prompt, --keywords, --concept or --exemplars")
@@ -411,20 +415,44 @@ def _segment_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--exemplar-label-column and --exemplars-crs go with --exemplars FILE")
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty; give a word such as 'building'")
-    bands = parse_bands(args.bands)
-    return {
-        **_area_options(args),
-        "prompt": args.prompt,
-        "keywords": keywords or None,
-        "tile_size": args.tile_size,
-        "overlap": args.tile_overlap,
-        "bands": bands,
-        "nodata": args.nodata,
-        "score_thr": args.score_thr,
-        "max_det": args.max_det,
-        "dedup": args.dedup,
-        "memory_budget": _memory_budget(args.memory_budget),
-    }
+    try:
+        return SceneSettings(
+            **_area_options(args),
+            tile_size=args.tile_size,
+            overlap=args.tile_overlap,
+            bands=parse_bands(args.bands),
+            nodata=args.nodata,
+            memory_budget=_memory_budget(args.memory_budget),
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _query(args: argparse.Namespace, concepts: list[Any]) -> Any:
+    """The Query of --prompt, --keywords, the --concept files (read on the model), --exemplars,
+    the thresholds and the post-processing."""
+    from napari_sam3.prompts.query import Query
+    from napari_sam3.prompts.vector import VectorPrompt
+
+    exemplars = None
+    if args.exemplars:
+        exemplars = VectorPrompt(
+            Path(args.exemplars), args.exemplar_label_column, args.exemplars_crs
+        )
+    try:
+        return Query.of(
+            prompt=args.prompt,
+            keywords=parse_keywords(args.keywords),
+            concept=concepts,
+            exemplars=exemplars,
+            score_thr=args.score_thr,
+            max_det=args.max_det,
+            dedup=args.dedup,
+            postprocess=_postprocess_options(args),
+            concept_files=tuple(args.concept or ()),
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _memory_budget(value: str | None) -> int | None:
@@ -503,34 +531,27 @@ def _postprocess_options(args: argparse.Namespace) -> Any:
     return post if post.steps else None
 
 
-def _exemplar_concepts(
-    args: argparse.Namespace, client: Any, inputs: list[Path], options: dict[str, Any]
-) -> list[Any]:
-    """--exemplars: concepts encoded where the exemplars fall, applied to every raster."""
-    if not args.exemplars:
-        return []
-    from napari_sam3.prompts.vector import VectorPrompt, scene_exemplar_concepts
+def _with_exemplars(
+    args: argparse.Namespace, client: Any, query: Any, inputs: list[Any], settings: Any
+) -> Any:
+    """--exemplars: concepts encoded where the exemplars fall, once, applied to every raster."""
+    if query.exemplars is None:
+        return query
+    from napari_sam3.imagery.stac import scene_source
+    from napari_sam3.scene.driver import with_exemplar_concepts
 
-    prompt = VectorPrompt(Path(args.exemplars), args.exemplar_label_column, args.exemplars_crs)
+    sources = [scene_source(p, settings.assets) for p in inputs]
+    before = len(query.concepts)
     try:
-        from napari_sam3.imagery.stac import scene_source
-
-        concepts = scene_exemplar_concepts(
-            client,
-            [scene_source(p, options.get("assets")) for p in inputs],
-            prompt,
-            tile_size=options["tile_size"],
-            overlap=options["overlap"],
-            bands=options["bands"],
-            nodata=options["nodata"],
-        )
+        query = with_exemplar_concepts(client, query, sources, settings)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise UsageError(f"--exemplars {args.exemplars}: {error}") from error
     print(
-        f"napari-sam3: {len(concepts)} exemplar concept(s) from {Path(args.exemplars).name}",
+        f"napari-sam3: {len(query.concepts) - before} exemplar concept(s) from "
+        f"{Path(args.exemplars).name}",
         flush=True,
     )
-    return concepts
+    return query
 
 
 def _same_crs(gdf: Any, crs: Any, name: str) -> Any:
@@ -573,30 +594,27 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
     except ValueError as error:
         raise UsageError(str(error)) from None
     _refuse_inputs([*targets, out / JOURNAL, out / LOCK], _protected(args, inputs))
-    options = _segment_options(args)
-    post = _postprocess_options(args)
+    settings = _scene_settings(args)
     spec = _connection_spec(args)
     client, concepts = _load_model(args, spec)  # reachable, the concepts fit: checked once
     try:
         if client.manifest.random_weights:
             print(RANDOM_BANNER, file=sys.stderr, flush=True)
-        concepts += _exemplar_concepts(args, client, inputs, options)
+        query = _with_exemplars(args, client, _query(args, concepts), inputs, settings)
     finally:
         client.close()
-    if concepts:
-        options["concept"] = concepts
-    batch = {
+    return spec, {
         "paths": inputs,
         "out_dir": args.out,
+        "query": query,
+        "settings": settings,
         "fmt": args.format,
         "workers": args.workers,
         "scheduler": args.dask,
         "resume": args.resume,
         "overwrite": args.overwrite,
         "simplify": args.simplify,
-        "postprocess": post,
     }
-    return spec, {**batch, **options}
 
 
 def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
@@ -645,16 +663,16 @@ def cmd_segment(args: argparse.Namespace) -> int:
         targets, merged = _plan_outputs(
             inputs, args.out, args.format, args.overwrite, _protected(args, inputs)
         )
-        options = _segment_options(args)
+        settings = _scene_settings(args)
         client, concepts = _load_model(args)
-        concepts += _exemplar_concepts(args, client, inputs, options)
-        post = _postprocess_options(args)
+        query = _with_exemplars(args, client, _query(args, concepts), inputs, settings)
     except UsageError as error:
         print(f"napari-sam3: {error}", file=sys.stderr)
         return RefusedError.exit_code
-    from napari_sam3.gis.vector import add_provenance, write_vector
-    from napari_sam3.scene import scene_geodataframe, segment_scene, write_scene
+    from napari_sam3.gis.vector import write_vector
+    from napari_sam3.scene import scene_geodataframe
     from napari_sam3.scene.budget import describe_plan
+    from napari_sam3.scene.driver import segment_to_file, segment_with_provenance
 
     if client.manifest.random_weights:
         print(RANDOM_BANNER, file=sys.stderr, flush=True)
@@ -665,30 +683,32 @@ def cmd_segment(args: argparse.Namespace) -> int:
     crs = None
     for i, path in enumerate(inputs):
         start = time.perf_counter()
-        with warnings.catch_warnings(record=True) as caught:
+        progress = not args.quiet
+        said: list[str] = []  # warnings of the scene (a failed one's too)
+        with warnings.catch_warnings(record=True) as records:
             warnings.simplefilter("always")
             try:
-                df = segment_scene(
-                    client, path, concept=concepts or None, progress=not args.quiet, **options
-                )
-                df = add_provenance(df, client.manifest)
                 if merged is None:
-                    where = write_scene(
-                        df,
-                        targets[i],
+                    outcome = segment_to_file(
+                        client,
                         path,
-                        args.overwrite,
-                        args.simplify,
-                        args.format == "cog",
-                        postprocess=post,
+                        targets[i],
+                        query,
+                        settings,
+                        overwrite=args.overwrite,
+                        simplify=args.simplify,
+                        cog=args.format == "cog",
+                        progress=progress,
                     )
+                    df, where, said = outcome.frame, outcome.output, outcome.warnings
                     args.written.append(where)
                 else:
+                    df = segment_with_provenance(client, path, query, settings, progress)
                     gdf = scene_geodataframe(df, path, args.simplify)
-                    if post is not None:
+                    if query.postprocess is not None:
                         from napari_sam3.gis.post import postprocess
 
-                        gdf = postprocess(gdf, post)
+                        gdf = postprocess(gdf, query.postprocess)
                     crs = gdf.crs if not layers else crs
                     layers.append(_same_crs(gdf, crs, path.name))
                     where = f"merged layer {merged}"
@@ -697,9 +717,8 @@ def cmd_segment(args: argparse.Namespace) -> int:
                 print(f"napari-sam3: FAILED {path}: {error}", file=sys.stderr, flush=True)
                 continue
             finally:
-                for text in dict.fromkeys(
-                    str(w.message) for w in caught if issubclass(w.category, UserWarning)
-                ):
+                said += [str(w.message) for w in records if issubclass(w.category, UserWarning)]
+                for text in dict.fromkeys(said):
                     print(f"napari-sam3: warning: {path.name}: {text}", file=sys.stderr)
         seconds = time.perf_counter() - start
         print(

@@ -149,7 +149,7 @@ def test_bad_inputs_get_clear_errors(local_client, s2_crop):
         local_client.segment(image, "x", score_thr=1.5)
     with pytest.raises(ValueError, match="max_det"):
         local_client.segment(image, "x", max_det=0)
-    with pytest.raises(ValueError, match="keywords is empty"):
+    with pytest.raises(ValueError, match="nothing to look for"):
         local_client.multi(image, [])
     with pytest.raises(TypeError, match="list of strings"):
         local_client.multi(image, "building")

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,10 +28,12 @@ from napari_sam3.client.connection import (
 from napari_sam3.client.image import ImageHandle
 from napari_sam3.client.results import decode_answer, detections_frame, empty_result, max_detections
 from napari_sam3.core import contract, validate
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery.letterbox import Letterbox
 from napari_sam3.imagery.raster import Raster, raster_info, read_raster
 from napari_sam3.imagery.stretch import to_model_rgb
 from napari_sam3.prompts.concept import Concept
+from napari_sam3.prompts.query import DEFAULT_DEDUP, Query
 from napari_sam3.prompts.tokenizer import tokenize
 from napari_sam3.runtime.engines.local import LocalEngine
 from napari_sam3.runtime.onnx_runner import SHORT_NAMES
@@ -309,18 +312,22 @@ class Sam3Client:
     def segment(
         self,
         image: ImageLike | PreparedImage,
-        prompt: str | None = None,
+        prompt: str | Query | None = None,
         exemplar_boxes=None,
         exemplar_labels=None,
         concept: Concept | None = None,
         score_thr: float | None = None,
         mask_thr: float | None = None,
         max_det: int | None = None,
-        dedup: float | None = 0.85,
+        dedup: float | None = DEFAULT_DEDUP,
         bands: Sequence[int | str] | None = None,
         exemplars=None,
     ) -> pd.DataFrame:
         """Everything `prompt` (and/or the exemplar boxes, or a concept) names in the image.
+
+        `prompt` may be a :class:`~napari_sam3.prompts.query.Query` (keywords, concepts,
+        exemplars and thresholds in one value; the other arguments but `bands` stay unset):
+        its keywords and concepts share one vision pass (:meth:`find`).
 
         `exemplars`: exemplar boxes from vector data in any CRS (a vector file, a GeoDataFrame
         or a `vector_prompts.VectorPrompt` with a label column); the image must then be
@@ -329,38 +336,92 @@ class Sam3Client:
         Returns one row per object: `box` [x1, y1, x2, y2] in the image's pixels, `score`,
         `mask` (full-frame, dense on access), `keyword`, `prompt_kind`.
         """
+        if isinstance(prompt, Query):
+            given = [
+                name
+                for name, value in (
+                    ("exemplar_boxes", exemplar_boxes),
+                    ("exemplar_labels", exemplar_labels),
+                    ("concept", concept),
+                    ("score_thr", score_thr),
+                    ("mask_thr", mask_thr),
+                    ("max_det", max_det),
+                    ("exemplars", exemplars),
+                )
+                if value is not None
+            ] + ([] if dedup == DEFAULT_DEDUP else ["dedup"])
+            if given:
+                raise InvalidInput(
+                    f"{', '.join(given)} given beside a Query: put them in the Query "
+                    "(query.replace(...))"
+                )
+            return self.find(image, prompt, bands=bands)
         if exemplars is not None:
             exemplar_boxes, exemplar_labels = _vector_exemplars(
                 image, exemplars, exemplar_boxes, exemplar_labels
             )
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
-        if prompt is not None and not prompt.strip():
-            raise ValueError(
-                "prompt is empty: give a word such as 'building', or use exemplar boxes"
+        query = Query(
+            keywords=() if prompt is None else (prompt,),
+            concepts=() if concept is None else (concept,),
+            exemplar_boxes=exemplar_boxes,
+            exemplar_labels=exemplar_labels,
+            score_thr=score_thr,
+            mask_thr=mask_thr,
+            max_det=max_det,
+            dedup=dedup,
+        )
+        return self._ground(self._as_prepared(image, bands), query)
+
+    @_on_the_served_model
+    def find(
+        self,
+        image: ImageLike | PreparedImage,
+        query: Query,
+        bands: Sequence[int | str] | None = None,
+        per_request: int | None = None,
+    ) -> pd.DataFrame:
+        """Everything a :class:`~napari_sam3.prompts.query.Query` names in the image.
+
+        One keyword (with or without exemplar boxes) is one grounding pass; several keywords
+        and concepts share one vision pass, at most `per_request` (default the model's
+        `max_keywords`) in a request. Vector exemplars are turned into boxes on the image
+        (which must be georeferenced). `df.attrs["requests"]` lists (queries, mask bytes) per
+        request: what scene runs plan their memory from.
+        """
+        if not isinstance(query, Query):
+            raise TypeError(f"query must be a Query, got {type(query).__name__}")
+        if query.exemplars is not None:
+            boxes, labels = _vector_exemplars(
+                image, query.exemplars, query.exemplar_boxes or None, query.exemplar_labels or None
             )
-        if prompt is None and exemplar_boxes is None and concept is None:
-            raise ValueError("nothing to look for: give a text prompt, exemplar boxes or a concept")
-        if concept is not None and exemplar_boxes is not None:
-            raise ValueError("give either a concept or exemplar boxes, not both")
-        _check_dedup(dedup)
-        options = self._thresholds(score_thr, mask_thr, max_det)
-        prepared = self._as_prepared(image, bands)
+            query = query.replace(exemplars=None, exemplar_boxes=boxes, exemplar_labels=labels)
+        return run_query(self, self._as_prepared(image, bands), query, per_request)
+
+    def _ground(self, prepared: PreparedImage, query: Query) -> pd.DataFrame:
+        """One grounding pass: the query's one keyword, exemplar boxes or one concept."""
+        prompt = query.keywords[0] if query.keywords else None
+        boxes = (
+            np.asarray(query.exemplar_boxes, np.float64).reshape(-1, 4)
+            if query.exemplar_boxes
+            else None
+        )
+        labels = np.asarray(query.exemplar_labels, np.int64) if query.exemplar_boxes else None
         inputs = {
             contract.IMAGES: prepared.images_u8,
             contract.TOKEN_IDS: tokenize(prompt if prompt is not None else contract.VISUAL_PROMPT),
-            **options,
+            **self._thresholds(query.score_thr, query.mask_thr, query.max_det),
         }
-        if concept is not None:
-            if not isinstance(concept, Concept):
-                raise TypeError(f"concept must be a Concept, got {type(concept).__name__}")
+        if query.concepts:
+            concept = query.concepts[0]
             self._check_concept(concept)
             inputs.update(concept.inputs(self.manifest))
             kind = "concept"
         else:
-            inputs.update(self._exemplar_slots(prepared.letterbox, exemplar_boxes, exemplar_labels))
-            kind = "text" if exemplar_boxes is None else "exemplar"
-            if prompt is not None and exemplar_boxes is not None:
+            inputs.update(self._exemplar_slots(prepared.letterbox, boxes, labels))
+            kind = "text" if boxes is None else "exemplar"
+            if prompt is not None and boxes is not None:
                 kind = "text+exemplar"
         # the features of an image seen before are reused (sam3_cached; see cache.py)
         out, status = self._features.ground(prepared, inputs)
@@ -369,10 +430,10 @@ class Sam3Client:
             out[contract.BOXES],
             out[contract.MASKS_RLE],
             prepared.letterbox,
-            dedup,
+            query.dedup,
             prompt or "",
             kind,
-            max_detections(self.manifest.num_queries, max_det),
+            max_detections(self.manifest.num_queries, query.max_det),
         )
         frame.attrs["cache"] = status
         frame.attrs["mask_bytes"] = _answer_bytes(out[contract.MASKS_RLE])
@@ -386,7 +447,7 @@ class Sam3Client:
         score_thr: float | None = None,
         mask_thr: float | None = None,
         max_det: int | None = None,
-        dedup: float | None = 0.85,
+        dedup: float | None = DEFAULT_DEDUP,
         bands: Sequence[int | str] | None = None,
         concepts: Sequence[Concept | tuple[str, Concept]] | Mapping[str, Concept] | None = None,
     ) -> pd.DataFrame:
@@ -394,22 +455,25 @@ class Sam3Client:
 
         `concepts`: Concepts (their `keyword` is the concept's name, or `concept_<i>`), (name,
         Concept) pairs, or a {name: Concept} mapping; they share the vision pass with the keywords.
+        At most the model's `max_keywords` in a call (:meth:`find` takes any number).
         """
-        if isinstance(keywords, str):
-            raise TypeError("keywords must be a list of strings, e.g. ['building', 'road']")
-        keywords = list(keywords)
-        named = _named_concepts(concepts, self._check_concept)
-        if not keywords and not named:
-            raise ValueError("keywords is empty: give at least one, e.g. ['building']")
-        bad = [k for k in keywords if not isinstance(k, str) or not k.strip()]
-        if bad:
-            raise ValueError(f"every keyword must be a non-empty string, got {bad!r}")
+        query = Query(
+            keywords=keywords,
+            concepts=concepts,
+            score_thr=score_thr,
+            mask_thr=mask_thr,
+            max_det=max_det,
+            dedup=dedup,
+        )
+        keywords = list(query.keywords)
+        named = query.named_concepts()
+        for _, concept in named:
+            self._check_concept(concept)
         limit = self.manifest.max_keywords
         if len(keywords) + len(named) > limit:
-            raise ValueError(
+            raise InvalidInput(
                 f"at most {limit} keywords and concepts per call, got {len(keywords) + len(named)}"
             )
-        _check_dedup(dedup)
         options = self._thresholds(score_thr, mask_thr, max_det)
         prepared = self._as_prepared(image, bands)
         texts = keywords + [contract.VISUAL_PROMPT] * len(named)
@@ -552,6 +616,46 @@ class Sam3Client:
         return self._features.held(self._as_prepared(image, bands))
 
 
+def run_query(
+    client: Any, image: Any, query: Query, per_request: int | None = None
+) -> pd.DataFrame:
+    """A query on one image through a client's ``segment`` and ``multi`` (what
+    :meth:`Sam3Client.find` and every scene tile run): one keyword, or exemplar boxes, is one
+    grounding pass; otherwise the keywords and concepts share one vision pass, at most
+    ``per_request`` (default the model's ``max_keywords``) in a request. ``df.attrs["requests"]``
+    lists (queries, mask bytes) per request."""
+    thresholds = query.thresholds()
+    if query.exemplar_boxes or (len(query.keywords) == 1 and not query.concepts):
+        frame = client.segment(
+            image,
+            query.keywords[0] if query.keywords else None,
+            exemplar_boxes=np.asarray(query.exemplar_boxes) if query.exemplar_boxes else None,
+            exemplar_labels=np.asarray(query.exemplar_labels) if query.exemplar_boxes else None,
+            **thresholds,
+        )
+        frame.attrs["requests"] = [(1, frame.attrs.get("mask_bytes", 0))]
+        return frame
+    limit = client.manifest.max_keywords if per_request is None else per_request
+    limit = validate.positive_int("per_request", limit)
+    asked = [("text", t) for t in query.keywords] + [("concept", c) for c in query.named_concepts()]
+    frames, requests = [], []
+    for i in range(0, len(asked), limit):
+        chunk = asked[i : i + limit]
+        frame = client.multi(
+            image,
+            [q for kind, q in chunk if kind == "text"],
+            concepts=[q for kind, q in chunk if kind == "concept"],
+            **thresholds,
+        )
+        requests.append((len(chunk), frame.attrs.get("mask_bytes", 0)))
+        frames.append(frame)
+    attrs = {"cache": frames[-1].attrs.get("cache"), "requests": requests}
+    kept = [f for f in frames if len(f)]
+    frame = pd.concat(kept, ignore_index=True) if len(kept) > 1 else (kept or frames)[0]
+    frame.attrs = {**attrs, "mask_bytes": sum(b for _, b in requests)}
+    return frame
+
+
 def _answer_bytes(masks) -> int:
     """What the runs of every mask the model answered take (8 bytes a run, made or not: how
     fragmented the masks are), before deduplication: the work a result took, from which scene
@@ -568,30 +672,6 @@ def _vector_exemplars(image, exemplars, boxes, labels):
     raster = vector_prompts.georeferenced(image)
     found = vector_prompts.exemplar_boxes(exemplars, raster)
     return vector_prompts.combine_boxes(boxes, labels, found)
-
-
-def _named_concepts(concepts, check) -> list[tuple[str, Concept]]:
-    if concepts is None:
-        return []
-    if isinstance(concepts, Concept):
-        concepts = [concepts]
-    if isinstance(concepts, Mapping):
-        items = list(concepts.items())
-    else:
-        items = [
-            c if isinstance(c, tuple) else (getattr(c, "name", "") or f"concept_{i}", c)
-            for i, c in enumerate(concepts)
-        ]
-    for _, concept in items:
-        if not isinstance(concept, Concept):
-            raise TypeError(f"concepts must be Concept objects, got {type(concept).__name__}")
-        check(concept)
-    return items
-
-
-def _check_dedup(dedup) -> None:
-    if dedup is not None:
-        validate.unit_interval("dedup", dedup, open_low=True, hint="(or None to keep every mask)")
 
 
 def _plane_shape(image) -> tuple[int, int]:

@@ -10,49 +10,14 @@ final polygons; ``area_px`` stays the mask's pixel count. The steps done are rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import geopandas as gpd
 import numpy as np
 import shapely
 from shapely.geometry import MultiPolygon, Polygon
 
+from napari_sam3.prompts.query import PostProcess
+
 __all__ = ["PostProcess", "postprocess"]
-
-
-@dataclass(frozen=True)
-class PostProcess:
-    """What to do to the polygons; the defaults do nothing."""
-
-    min_area_m2: float | None = None
-    min_area_px: int | None = None
-    fill_holes: bool = False
-    regularize: bool = False
-    smooth: bool = False
-    simplify: float = 0.0  # CRS units
-
-    def __post_init__(self) -> None:
-        for name in ("min_area_m2", "min_area_px", "simplify"):
-            value = getattr(self, name)
-            if value is not None and (not np.isfinite(value) or value < 0):
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-
-    @property
-    def steps(self) -> list[str]:
-        out = []
-        if self.min_area_m2:
-            out.append(f"min_area_m2={self.min_area_m2:g}")
-        if self.min_area_px:
-            out.append(f"min_area_px={self.min_area_px}")
-        if self.fill_holes:
-            out.append("fill_holes")
-        if self.regularize:
-            out.append("regularize")
-        if self.smooth:
-            out.append("smooth")
-        if self.simplify:
-            out.append(f"simplify={self.simplify:g}")
-        return out
 
 
 def _fill(geom):

@@ -33,17 +33,24 @@ A run may cover only the tiles touching an area of interest (``aoi=``, :mod:`~na
 and may tile a resampled grid of ``gsd`` metres (:func:`~napari_sam3.imagery.raster.ground_grid`);
 the merge below then works in that grid's pixels.
 
-Nodata: a pixel is nodata when any of its bands equals the nodata value (or is NaN). Tiles that
-are all nodata skip the model; a detection lying mostly (more than half its pixels) in nodata is
-dropped, and the others lose their nodata pixels.
+What to look for is one :class:`~napari_sam3.prompts.query.Query`; how the scene is read and run,
+one :class:`~napari_sam3.scene.settings.SceneSettings`; :func:`~napari_sam3.scene.driver.segment_to_file`
+is the one driver from a scene to its file (the CLI, batch tasks and the QGIS worker use it).
+
+Invalid pixels (:mod:`~napari_sam3.imagery.validity`: the dataset mask, nodata in every band,
+NaN, unflagged fill) reach the model as 0. Tiles that are all invalid skip the model; a
+detection lying mostly (more than half its pixels) on invalid pixels is dropped, and the others
+lose their invalid pixels.
 """
 
 from __future__ import annotations
 
 from napari_sam3.scene.aoi import Bbox
+from napari_sam3.scene.driver import SceneOutcome, segment_to_file, segment_with_provenance
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.output import scene_geodataframe, scene_labels, write_scene
 from napari_sam3.scene.run import PHASES, SCENE_COLUMNS, default_in_flight, segment_scene
+from napari_sam3.scene.settings import SceneSettings
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, tile_grid
 
 __all__ = [
@@ -52,11 +59,15 @@ __all__ = [
     "PHASES",
     "SCENE_COLUMNS",
     "SceneMask",
+    "SceneOutcome",
+    "SceneSettings",
     "default_in_flight",
     "Tile",
     "scene_geodataframe",
     "scene_labels",
     "segment_scene",
+    "segment_to_file",
+    "segment_with_provenance",
     "tile_grid",
     "write_scene",
 ]

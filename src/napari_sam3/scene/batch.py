@@ -12,9 +12,9 @@ every worker applies the same ones. A failed scene is retried once, then reporte
 finish.
 
 Beside the outputs, ``napari-sam3-journal.json`` (rewritten atomically after every scene) records
-each finished scene: the input's size and mtime, the options, the output and its feature count.
-``resume=True`` skips a scene whose journal entry matches the input, the options and an existing
-output. ``.napari-sam3.lock`` keeps a second run from writing the same folder at once.
+each finished scene: the input's size and mtime, the run's key (:func:`run_key`: the query, the
+settings, the format), the output and its feature count. ``resume=True`` skips a scene whose
+journal entry matches the input, the key and an existing output. ``.napari-sam3.lock`` keeps a second run from writing the same folder at once.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ from typing import Any
 from napari_sam3.client.connection import ConnectionSpec
 from napari_sam3.core.errors import RefusedError, Sam3Error
 from napari_sam3.gis.files import atomic_write_bytes, remove_temporaries
-from napari_sam3.prompts.concept import Concept
+from napari_sam3.prompts.query import Query
 from napari_sam3.scene.output import refuse_inputs
+from napari_sam3.scene.run import query_and_settings
+from napari_sam3.scene.settings import SceneSettings
 
 __all__ = ["BatchResult", "FolderLocked", "segment_scenes"]
 
@@ -86,58 +88,43 @@ def _fingerprint(path: Path) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _options_key(options: dict[str, Any]) -> str:
-    text = json.dumps(options, sort_keys=True, default=_key_part)
+def run_key(query: Query, settings: SceneSettings, fmt: str, simplify: float) -> str:
+    """What identifies a scene's output in the journal: the query (by content: a concept by its
+    tensors), the settings that change detections (not the memory budget or requests in
+    flight), the format and the simplification."""
+    text = json.dumps([query.key(), settings.key(), fmt, simplify], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _key_part(value: Any) -> Any:
-    """What identifies an option value in the journal (a concept: its content)."""
-    if isinstance(value, Concept):  # its content: same name, other exemplars is another run
-        return {"concept": hashlib.sha256(value.to_bytes()).hexdigest()}
-    if hasattr(value, "steps"):  # a PostProcess
-        return {"postprocess": value.steps}
-    return str(value)
 
 
 def segment_one(
     spec: ConnectionSpec,
     path: str,
     target: str,
-    options: dict[str, Any],
+    query: Query,
+    settings: SceneSettings,
     overwrite: bool,
     simplify: float,
     cog: bool = False,
-    postprocess: Any = None,
     progress: Any = False,
 ) -> dict[str, Any]:
-    """One scene on this process's client -> its output with the model's provenance (and
-    `postprocess`, a :class:`~napari_sam3.gis.post.PostProcess`), written atomically; a summary.
+    """One scene on this process's client -> its output with the model's provenance, written
+    atomically (:func:`~napari_sam3.scene.driver.segment_to_file`); a summary.
     `progress`: as :func:`~napari_sam3.scene.segment_scene`'s (a ``callable(done, total)``).
     """
-    from napari_sam3.gis.vector import add_provenance
-    from napari_sam3.scene.output import write_scene
-    from napari_sam3.scene.run import segment_scene
+    from napari_sam3.scene.driver import segment_to_file
 
-    t0 = time.perf_counter()
-    client = _client(spec)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        df = segment_scene(client, path, progress=progress, **options)
-        df = add_provenance(df, client.manifest)
-        t1 = time.perf_counter()
-        write_scene(df, target, path, overwrite, simplify, cog, postprocess=postprocess)
-    timings = dict(df.attrs.get("timings", {}))
-    timings["write"] = time.perf_counter() - t1
-    counts = df.groupby("keyword").size().to_dict() if len(df) else {}
-    return {
-        "features": len(df),
-        "counts": {str(k): int(v) for k, v in counts.items()},
-        "seconds": time.perf_counter() - t0,
-        "timings": timings,
-        "tiles": len(df.attrs.get("tiles", ())),
-        "warnings": list(dict.fromkeys(str(w.message) for w in caught))[:5],
-    }
+    outcome = segment_to_file(
+        _client(spec),
+        path,
+        target,
+        query,
+        settings,
+        overwrite=overwrite,
+        simplify=simplify,
+        cog=cog,
+        progress=progress,
+    )
+    return outcome.summary()
 
 
 # ----------------------------------------------------------------------------- folder state
@@ -261,6 +248,8 @@ def segment_scenes(
     spec: ConnectionSpec,
     paths: Sequence[PathLike],
     out_dir: PathLike,
+    query: Query | str | None = None,
+    settings: SceneSettings | None = None,
     *,
     fmt: str = "gpkg",
     workers: int | None = None,
@@ -269,7 +258,6 @@ def segment_scenes(
     overwrite: bool = False,
     retries: int = 1,
     simplify: float = 0.0,
-    postprocess: Any = None,
     scheduler_timeout: float = 5.0,
     report: Any = None,
     progress: Any = None,
@@ -282,16 +270,19 @@ def segment_scenes(
             its client from it, once).
         paths: raster files (one scene each).
         out_dir: the output folder (made if missing); it holds the journal and the lock.
+        query: a :class:`~napari_sam3.prompts.query.Query` (or one keyword); its vector
+            exemplars are encoded once, here, over all the scenes, so every worker applies the
+            very same concepts; its post-processing shapes the polygons written.
+        settings: a :class:`~napari_sam3.scene.settings.SceneSettings`.
         fmt: a ``--format`` name (``gpkg``, ``geojson``, ..., ``tif``/``cog`` label rasters).
         workers: a ``LocalCluster`` of this many worker processes (one thread each).
         scheduler: the address of a running dask scheduler (``tcp://host:8786``) instead.
-        resume: skip the scenes the journal says are finished (same input, same options).
+        resume: skip the scenes the journal says are finished (same input, same query and
+            settings, same format).
         overwrite: replace existing outputs; without it (and without ``resume`` covering
             them) an existing output stops the run before anything starts.
         retries: tries after the first for a failed scene.
         simplify: polygon simplification in pixels (as ``write_scene``).
-        postprocess: a :class:`~napari_sam3.gis.post.PostProcess` for the polygons (vector
-            formats), as ``write_scene``; None: none.
         scheduler_timeout: seconds to wait for ``scheduler`` to answer.
         report: ``callable(path, status, detail)`` per scene as it ends (status ``done`` /
             ``skipped`` / ``failed``), e.g. to print progress; and before anything runs,
@@ -300,8 +291,9 @@ def segment_scenes(
             process (neither ``workers`` nor ``scheduler``). An exception that is not an
             ``Exception`` (a ``BaseException`` subclass, e.g. a cancel) raised from it stops the
             run: the scene in progress writes nothing and the finished ones stay in the journal.
-        options: :func:`~napari_sam3.scene.segment_scene` keywords (prompt, keywords, concept,
-            ...). Concepts are best given as :class:`~napari_sam3.prompts.concept.Concept` objects.
+        options: instead of ``query``/``settings``, their fields as keywords (as
+            :func:`~napari_sam3.scene.segment_scene`: prompt, keywords, concept, postprocess,
+            tile_size, ...).
     """
     if not isinstance(spec, ConnectionSpec):
         raise TypeError(
@@ -325,22 +317,23 @@ def segment_scenes(
     missing = [str(p) for p in inputs if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"no such raster: {', '.join(missing[:3])}")
+    query, settings = query_and_settings(query, settings, options)
+    if query.postprocess is not None and not query.postprocess.steps:
+        query = query.replace(postprocess=None)
     out = Path(out_dir)
     targets = plan_targets(inputs, out, fmt)
-    concepts = options.get("concept")
-    concepts = concepts if isinstance(concepts, list | tuple) else [concepts]
     refuse_inputs(
-        [*targets.values(), out / JOURNAL, out / LOCK],
-        {"raster": inputs, "concept": [c for c in concepts if isinstance(c, str | os.PathLike)]},
+        [*targets.values(), out / JOURNAL, out / LOCK], {"raster": inputs, **query.files()}
     )
-    if postprocess is not None and not postprocess.steps:
-        postprocess = None
-    # the memory budget never changes the objects found: a resume with another finds them done
-    keyed = {k: v for k, v in options.items() if k != "memory_budget"}
-    keyed.update(fmt=fmt, simplify=simplify)
-    if postprocess is not None:  # (absent, the key of a run before post-processing existed)
-        keyed["postprocess"] = postprocess
-    key = _options_key(keyed)
+    if query.exemplars is not None:  # encoded once, here: every worker gets the same concepts
+        from napari_sam3.scene.driver import with_exemplar_concepts
+
+        client = spec.connect()
+        try:
+            query = with_exemplar_concepts(client, query, inputs, settings)
+        finally:
+            client.close()
+    key = run_key(query, settings, fmt, simplify)
     result = BatchResult(out)
     note = report or (lambda path, status, detail: None)
 
@@ -382,9 +375,9 @@ def segment_scenes(
                 result.failed[str(path)] = error
                 note(path, "failed", error)
 
-        if workers is not None and options.get("memory_budget") is None:
-            options = {**options, "memory_budget": worker_budget(int(workers))}
-        args = (options, overwrite, simplify, fmt == "cog", postprocess)
+        if workers is not None and settings.memory_budget is None:
+            settings = settings.replace(memory_budget=worker_budget(int(workers)))
+        args = (query, settings, overwrite, simplify, fmt == "cog")
         if workers is None and scheduler is None:
             for path in todo:
                 tiles = None if progress is None else functools.partial(progress, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ import rasterio
 from dask.utils import format_bytes
 
 from napari_sam3.client.results import empty_result
+from napari_sam3.client.sam3 import run_query
 from napari_sam3.core import validate
 from napari_sam3.imagery.raster import (
     BandKey,
@@ -29,16 +31,17 @@ from napari_sam3.imagery.raster import (
 )
 from napari_sam3.imagery.remote import file_name
 from napari_sam3.imagery.stac import scene_source
-from napari_sam3.imagery.stretch import StretchStats, channels_rgb, select_channels
-from napari_sam3.imagery.validity import NodataLike
+from napari_sam3.imagery.stretch import channels_rgb, select_channels
 from napari_sam3.masks.protocol import frame_masks, tight_crop
-from napari_sam3.prompts.concept import Concept
+from napari_sam3.prompts.query import Query
 from napari_sam3.runtime.cached import heads_bytes, image_bytes
 from napari_sam3.runtime.engines.local import LocalEngine
 from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.budget import ScenePlan, resolve_budget
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
+from napari_sam3.scene.settings import FIELDS as SETTINGS_FIELDS
+from napari_sam3.scene.settings import SceneSettings
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, tile_grid
 from napari_sam3.scene.view import SceneView, as_read, scene_view
 
@@ -46,7 +49,6 @@ __all__ = ["PHASES", "SCENE_COLUMNS", "default_in_flight", "segment_scene"]
 
 PathLike = str | os.PathLike
 Source = PathLike | Sequence[PathLike]
-ConceptLike = Concept | PathLike
 Progress = bool | Callable[[int, int], Any] | None
 
 SCENE_COLUMNS = [
@@ -65,58 +67,14 @@ PHASES = ("read", "stretch", "model", "wait", "merge")
 _READ_AHEAD = 2
 
 
-@dataclass
-class _Query:
-    """What to ask of every tile: the texts (one vision pass) and the concepts."""
-
-    texts: list[str]
-    concepts: list[tuple[str, Concept]]
-    options: dict[str, Any]
-
-    @property
-    def count(self) -> int:
-        return len(self.texts) + len(self.concepts)
-
-    def run(self, client: Any, prepared: Any, limit: int) -> list[pd.DataFrame]:
-        """One vision pass per tile for every keyword and concept, at most `limit` of them in a
-        request (one frame each)."""
-        if len(self.texts) == 1 and not self.concepts:
-            return [client.segment(prepared, self.texts[0], **self.options)]
-        queries = [("text", t) for t in self.texts] + [("concept", c) for c in self.concepts]
-        frames = []
-        for i in range(0, len(queries), limit):
-            chunk = queries[i : i + limit]
-            texts = [q for kind, q in chunk if kind == "text"]
-            concepts = [q for kind, q in chunk if kind == "concept"]
-            frame = client.multi(prepared, texts, concepts=concepts, **self.options)
-            frame.attrs["queries"] = len(chunk)
-            frames.append(frame)
-        return frames
-
-
 def segment_scene(
     client: Any,
     source: Source,
-    prompt: str | None = None,
-    keywords: Sequence[str] | None = None,
-    concept: ConceptLike | Sequence[ConceptLike] | None = None,
+    query: Query | str | None = None,
+    settings: SceneSettings | None = None,
     *,
-    tile_size: int | None = None,
-    overlap: int | None = None,
-    bands: Sequence[BandKey] | None = None,
-    stats: StretchStats | None = None,
-    nodata: NodataLike = None,
-    score_thr: float | None = None,
-    mask_thr: float | None = None,
-    max_det: int | None = None,
-    dedup: float | None = 0.85,
-    seam_iou: float = 0.5,
     progress: Progress = True,
-    in_flight: int | None = None,
-    aoi: Any = None,
-    gsd: float | None = None,
-    assets: Sequence[str] | None = None,
-    memory_budget: int | str | None = None,
+    **options: Any,
 ) -> pd.DataFrame:
     """Segment a whole raster tile by tile; one row per object, in scene pixels.
 
@@ -125,9 +83,16 @@ def segment_scene(
         source: a raster file or ``http(s)://`` URL, a list of single-band files to stack (as
             ``read_raster``), or a STAC item (a ``.json`` path or URL, or a pystac Item; its RGB
             assets, :func:`~napari_sam3.imagery.stac.item_bands`).
-        prompt, keywords: text to look for; all of them share one vision pass per tile.
-        concept: a :class:`~napari_sam3.prompts.concept.Concept`, a concept ``.npz`` file, or a list of
-            them (each runs on every tile; its ``keyword`` is the concept's name or file stem).
+        query: a :class:`~napari_sam3.prompts.query.Query` (what to look for and the
+            thresholds), or one keyword; all keywords and concepts share one vision pass per
+            tile, and vector exemplars are encoded on the tiles they fall in first
+            (:func:`~napari_sam3.scene.driver.with_exemplar_concepts`).
+        settings: a :class:`~napari_sam3.scene.settings.SceneSettings` (tiles, bands, nodata,
+            gsd, aoi, ...; each described below).
+        options: instead of ``query``/``settings`` (or to change one setting of ``settings``),
+            their fields as keywords: ``prompt`` (a word), ``keywords`` (a list), ``concept``
+            (a Concept, a concept ``.npz`` file, or a list of them), ``score_thr``, ...,
+            ``tile_size``, ``overlap``, ...
         tile_size: tile side in scene pixels; default the model's input size ``client.image_size``
             (no resampling). Larger tiles are downsampled by the client's letterbox.
         overlap: pixels shared by neighbouring tiles (0 .. tile_size // 2); default tile_size // 8.
@@ -135,8 +100,8 @@ def segment_scene(
         stats: stretch limits; default one :func:`~napari_sam3.imagery.stretch.scene_stretch` of the
             whole scene (uint8 scenes are used as they are).
         nodata: nodata value; default the raster's own.
-        score_thr, mask_thr, max_det, dedup: as for ``client.segment``, per tile; ``dedup`` also
-            removes duplicates across tiles (None keeps them all).
+        (query) score_thr, mask_thr, max_det, dedup: as for ``client.segment``, per tile;
+            ``dedup`` also removes duplicates across tiles (None keeps them all).
         seam_iou: how well two pieces must agree where their tiles overlap to be joined.
         progress: True for a tqdm bar, False/None for none, or ``callable(done, total)`` called
             after every tile (e.g. to drive napari's progress, or to cancel by raising).
@@ -170,18 +135,23 @@ def segment_scene(
         thread waiting for the model), merge; wall; and ``peak_in_flight``).
     """
     wall0 = time.perf_counter()
-    query = _query(client, prompt, keywords, concept, score_thr, mask_thr, max_det, dedup)
-    validate.unit_interval("seam_iou", seam_iou, open_low=True)
-    source = scene_source(source, assets)
+    query, settings = query_and_settings(query, settings, options)
+    query.check_model(client.model_id)
+    source = scene_source(source, settings.assets)
+    if query.exemplars is not None:
+        from napari_sam3.scene.driver import with_exemplar_concepts
+
+        query = with_exemplar_concepts(client, query, [source], settings)
+    gsd, aoi = settings.gsd, settings.aoi
     info = raster_info(source, gsd=gsd)
     validate.image_side(info.rows, info.cols, f"raster {_source_name(info.path)}")
-    tiles = scene_tiles(client, info, tile_size, overlap)
+    tiles = scene_tiles(client, info, settings.tile_size, settings.overlap)
     window = None if aoi is None else aoi_window(aoi, info)
     run = tiles if window is None else tiles_touching(tiles, window)
     timings = dict.fromkeys(PHASES, 0.0)
-    in_flight = default_in_flight(client) if in_flight is None else in_flight
-    in_flight = validate.positive_int("in_flight", in_flight, 256)
-    plan = scene_plan(client, resolve_budget(memory_budget), query.count, in_flight, tiles, info)
+    in_flight = default_in_flight(client) if settings.in_flight is None else settings.in_flight
+    budget = resolve_budget(settings.memory_budget)
+    plan = scene_plan(client, budget, query.count, in_flight, tiles, info)
     grid = _Grid(gsd, _covering(run) if window is not None else None)
 
     # no raw heads or answers kept to re-filter tiles; features as far as the budget leaves room
@@ -191,14 +161,13 @@ def segment_scene(
         client.cache_limits(plan.feature_cache(), heads_bytes=0, results_bytes=0),
     ):
         detections, skipped, view = _run_tiles(
-            client, source, info, run, query, bands, stats, nodata, progress, timings, plan,
-            grid,
-        )  # fmt: skip
+            client, source, info, run, query, settings, progress, timings, plan, grid
+        )
 
     t0 = time.perf_counter()
-    detections = merge_seams(detections, tiles, seam_iou)
-    if dedup is not None:
-        detections = dedup_across_tiles(detections, dedup)
+    detections = merge_seams(detections, tiles, settings.seam_iou)
+    if query.dedup is not None:
+        detections = dedup_across_tiles(detections, query.dedup)
     frame = _frame(detections, _source_name(info.path), ground_size(info, gsd))
     timings["merge"] += time.perf_counter() - t0
     timings["wall"] = time.perf_counter() - wall0
@@ -216,9 +185,51 @@ def segment_scene(
         memory=plan.report(),
         skipped_tiles=skipped,
         view=view,
+        query=query,
         timings=timings,
     )
     return frame
+
+
+def query_and_settings(
+    query: Query | str | None, settings: SceneSettings | None, options: dict[str, Any]
+) -> tuple[Query, SceneSettings]:
+    """segment_scene's query and settings from its arguments: a Query or one keyword, a
+    SceneSettings, and the keywords of either (``prompt``, ``keywords``, ``concept`` and the
+    Query's fields; the SceneSettings' fields)."""
+    asked = {k: v for k, v in options.items() if k in _QUERY_OPTIONS}
+    scene = {k: v for k, v in options.items() if k in SETTINGS_FIELDS}
+    unknown = sorted(set(options) - set(asked) - set(scene))
+    if unknown:
+        raise TypeError(
+            f"segment_scene got unknown options {unknown}; a Query takes "
+            f"{sorted(_QUERY_OPTIONS)}, SceneSettings {sorted(SETTINGS_FIELDS)}"
+        )
+    if isinstance(query, Query):
+        if asked:
+            raise TypeError(
+                f"{sorted(asked)} given beside a Query: put them in the Query (query.replace(...))"
+            )
+    elif query is None:
+        query = Query.of(**asked)
+    elif isinstance(query, str):
+        if "prompt" in asked:
+            raise TypeError("give the keyword once: as query or as prompt=")
+        query = Query.of(prompt=query, **asked)
+    else:
+        raise TypeError(f"query must be a Query or a keyword, got {type(query).__name__}")
+    if settings is None:
+        settings = SceneSettings(**scene)
+    elif not isinstance(settings, SceneSettings):
+        raise TypeError(f"settings must be a SceneSettings, got {type(settings).__name__}")
+    elif scene:
+        settings = settings.replace(**scene)
+    return query, settings
+
+
+_QUERY_OPTIONS = frozenset(
+    {"prompt", "keywords", "concept"} | {f.name for f in dataclasses.fields(Query)}
+) - {"concept_files"}
 
 
 @dataclass(frozen=True)
@@ -313,10 +324,8 @@ def _run_tiles(
     source: Source,
     info: RasterInfo,
     tiles: list[Tile],
-    query: _Query,
-    bands: Sequence[BandKey] | None,
-    stats: StretchStats | None,
-    nodata: NodataLike,
+    query: Query,
+    settings: SceneSettings,
     progress: Progress,
     timings: dict[str, float],
     plan: ScenePlan,
@@ -333,16 +342,17 @@ def _run_tiles(
     """
     grid = grid or _Grid()
     t0 = time.perf_counter()
-    view = scene_view(source, info, bands, nodata, grid.gsd, grid.region, stats)
+    bands = settings.bands
+    view = scene_view(source, info, bands, settings.nodata, grid.gsd, grid.region, settings.stats)
     timings["scene_stats"] = time.perf_counter() - t0
     timings["stretch"] += timings["scene_stats"]
 
     def load(tile: Tile) -> tuple[Any, np.ndarray | None, float, float]:
         return read_tile(client, source, tile, bands, view, grid.gsd)
 
-    def infer(prepared: Any, limit: int) -> tuple[list[pd.DataFrame], float]:
+    def infer(prepared: Any, limit: int) -> tuple[pd.DataFrame, float]:
         t0 = time.perf_counter()
-        return query.run(client, prepared, limit), time.perf_counter() - t0
+        return run_query(client, prepared, query, limit), time.perf_counter() - t0
 
     report = _progress(progress, len(tiles), _source_name(info.path))
     detections: list[Detection] = []
@@ -393,17 +403,17 @@ def _run_tiles(
                     skipped += 1
                 else:
                     t0 = time.perf_counter()
-                    frames, seconds = job.result()
+                    frame, seconds = job.result()
                     t1 = time.perf_counter()
-                    found = [d for f in frames for d in _tile_detections(f, tile, invalid, info)]
+                    found = _tile_detections(frame, tile, invalid, info)
                     detections += found
                     plan.observe(
-                        [f.attrs.get("mask_bytes", 0) // f.attrs.get("queries", 1) for f in frames],
+                        [size // count for count, size in frame.attrs["requests"]],
                         sum(d.mask.nbytes for d in found),
                     )
                     if plan.features:  # the cache takes what the work leaves of the budget
                         client.engine.cache_bounds(features=plan.feature_cache())
-                    del frames, job  # a tile's answers (all its candidates' runs) go now
+                    del frame, job  # a tile's answers (all its candidates' runs) go now
                     if plan.over_budget() and not warned:
                         warned = True
                         warnings.warn(
@@ -429,60 +439,6 @@ def _run_tiles(
         report(None)
 
     return detections, skipped, view
-
-
-def _query(
-    client: Any,
-    prompt: str | None,
-    keywords: Sequence[str] | None,
-    concept: ConceptLike | Sequence[ConceptLike] | None,
-    score_thr: float | None,
-    mask_thr: float | None,
-    max_det: int | None,
-    dedup: float | None,
-) -> _Query:
-    texts: list[str] = []
-    if prompt is not None:
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(
-                f"prompt must be a non-empty string such as 'building', got {prompt!r}"
-            )
-        texts.append(prompt.strip())
-    if keywords is not None:
-        if isinstance(keywords, str):
-            raise TypeError("keywords must be a list of strings, e.g. ['building', 'road']")
-        for word in keywords:
-            if not isinstance(word, str) or not word.strip():
-                raise ValueError(f"every keyword must be a non-empty string, got {word!r}")
-            if word.strip() not in texts:
-                texts.append(word.strip())
-    concepts = [_load_concept(c, client) for c in _as_list(concept)]
-    if not texts and not concepts:
-        raise ValueError(
-            "nothing to look for: give a prompt (e.g. 'building'), keywords or a concept"
-        )
-    options = {"score_thr": score_thr, "mask_thr": mask_thr, "max_det": max_det, "dedup": dedup}
-    return _Query(texts, concepts, options)
-
-
-def _as_list(concept: ConceptLike | Sequence[ConceptLike] | None) -> list[ConceptLike]:
-    if concept is None:
-        return []
-    if isinstance(concept, Concept | str | os.PathLike):
-        return [concept]
-    return list(concept)
-
-
-def _load_concept(item: ConceptLike, client: Any) -> tuple[str, Concept]:
-    if isinstance(item, str | os.PathLike):
-        concept = Concept.load_named(item)
-        name = concept.name
-    elif isinstance(item, Concept):
-        concept, name = item, item.name or "concept"
-    else:
-        raise TypeError(f"a concept is a Concept or a .npz file, got {type(item).__name__}")
-    concept.check_model(client.model_id)
-    return name, concept
 
 
 def _tile_detections(

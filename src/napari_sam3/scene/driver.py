@@ -1,0 +1,139 @@
+"""One scene, start to file: segment, add the model's provenance, write atomically.
+
+The CLI's serial loop, each task of a batch (:mod:`~napari_sam3.scene.batch`) and the QGIS
+worker all run a scene through :func:`segment_to_file`, so a scene's output is the same whichever
+front end made it; the CLI's merged layer uses :func:`segment_with_provenance` and writes once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from napari_sam3.prompts.query import Query
+from napari_sam3.scene.output import refuse_inputs, write_scene
+from napari_sam3.scene.run import Progress, segment_scene
+from napari_sam3.scene.settings import SceneSettings
+
+__all__ = ["SceneOutcome", "segment_to_file", "segment_with_provenance", "with_exemplar_concepts"]
+
+PathLike = str | os.PathLike
+
+
+@dataclass
+class SceneOutcome:
+    """What one scene gave: the result table (with provenance), where it went, and how long."""
+
+    frame: pd.DataFrame
+    output: Path | None
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Objects per keyword."""
+        df = self.frame
+        counts = df.groupby("keyword").size().to_dict() if len(df) else {}
+        return {str(k): int(v) for k, v in counts.items()}
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able record of the run (what the batch journal and the QGIS worker keep)."""
+        timings = dict(self.frame.attrs.get("timings", {}))
+        timings["write"] = self.frame.attrs.get("write_seconds", 0.0)
+        return {
+            "features": len(self.frame),
+            "counts": self.counts,
+            "seconds": self.seconds,
+            "timings": timings,
+            "tiles": len(self.frame.attrs.get("tiles", ())),
+            "warnings": self.warnings[:5],
+        }
+
+
+def with_exemplar_concepts(
+    client: Any, query: Query, sources: Sequence[Any], settings: SceneSettings
+) -> Query:
+    """The query with its vector exemplars turned into concepts: one per scene tile they fall
+    in, over all ``sources`` (so every scene of a batch gets the very same concepts)."""
+    if query.exemplars is None:
+        return query
+    from napari_sam3.prompts.vector import scene_exemplar_concepts
+
+    encoded = scene_exemplar_concepts(
+        client,
+        list(sources),
+        query.exemplars,
+        tile_size=settings.tile_size,
+        overlap=settings.overlap,
+        bands=settings.bands,
+        nodata=settings.nodata,
+    )
+    return query.replace(exemplars=None, concepts=(*query.concepts, *encoded))
+
+
+def segment_with_provenance(
+    client: Any,
+    source: Any,
+    query: Query,
+    settings: SceneSettings | None = None,
+    progress: Progress = False,
+    name: str | None = None,
+) -> pd.DataFrame:
+    """:func:`segment_scene`, with the model's provenance columns (and ``source`` = ``name``)."""
+    from napari_sam3.gis.vector import add_provenance
+
+    df = segment_scene(client, source, query, settings, progress=progress)
+    df = add_provenance(df, client.manifest)
+    if name is not None:
+        df["source"] = name
+    return df
+
+
+def segment_to_file(
+    client: Any,
+    source: Any,
+    target: PathLike,
+    query: Query,
+    settings: SceneSettings | None = None,
+    *,
+    overwrite: bool = False,
+    simplify: float = 0.0,
+    cog: bool = False,
+    progress: Progress = False,
+    name: str | None = None,
+) -> SceneOutcome:
+    """Segment one scene and write it to ``target`` (format by suffix, as
+    :func:`~napari_sam3.scene.write_scene`; the query's post-processing on the polygons), with
+    the model's provenance, atomically. No output may replace an input: the raster, the
+    query's exemplar layer or concept files. The warnings raised on the way are collected."""
+    target = Path(target)
+    refuse_inputs([target], query.files())
+    t0 = time.perf_counter()
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            df = segment_with_provenance(client, source, query, settings, progress, name)
+            t1 = time.perf_counter()
+            written = write_scene(
+                df, target, source, overwrite, simplify, cog, postprocess=query.postprocess
+            )
+    except BaseException:
+        _warn_again(caught)  # a failed scene's warnings may say why
+        raise
+    _warn_again([w for w in caught if not issubclass(w.category, UserWarning)])
+    df.attrs["write_seconds"] = time.perf_counter() - t1
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    return SceneOutcome(df, written, time.perf_counter() - t0, list(dict.fromkeys(messages)))
+
+
+def _warn_again(records: list) -> None:
+    for w in records:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
