@@ -156,16 +156,40 @@ def test_keywords_in_one_layer_keep_the_librarys_order(panel, connected, s2_rgb_
     np.testing.assert_array_equal(layer.data, masks_to_labels(frame, (768, 1536)))
 
 
-def test_library_errors_from_the_worker_are_notified(panel, ui):
+def test_more_keywords_than_one_request_holds_run_in_several(panel, connected, ui, monkeypatch):
     viewer = panel.viewer
     text = panel.mode("Text & exemplars")
-    text.keywords.value = ", ".join(f"word{i}" for i in range(9))
-    before = len(viewer.layers)
-    ui.click(text.run_button)
-    ui.wait(text)
-    assert "at most 8 keywords and concepts per call, got 9" in text.status.value
-    assert "at most 8 keywords" in str(ui.last_notification().message)
-    assert len(viewer.layers) == before
+    limit = connected.manifest.max_keywords
+    words = [f"word{i}" for i in range(limit + 1)]
+    multi = Spy(monkeypatch, connected, "multi")
+    text.keywords.value = ", ".join(words)
+    panel.score_thr.value = 0.0
+    ui.run(text, text.run_button)
+    assert multi.calls == 2, "the Query's keywords split into requests of the model's size"
+    assert [layer.name for layer in viewer.layers][-len(words) :] == [f"SAM3 {w}" for w in words]
+
+
+def test_library_errors_from_the_worker_are_notified(panel, connected, sam3_repository, ui):
+    from napari_sam3.client.sam3 import Sam3Client
+    from napari_sam3.plugin.widgets._common import STATE
+
+    closed = Sam3Client.local(sam3_repository, precision="fp32")
+    # The model call in the worker thread fails with a RuntimeError: superqt's generator worker
+    # dropped those without a signal, and the tab waited forever.
+    closed.close()
+    STATE.set_client(closed)
+    try:
+        viewer = panel.viewer
+        text = panel.mode("Text & exemplars")
+        text.keywords.value = "building"
+        before = len(viewer.layers)
+        ui.click(text.run_button)
+        ui.wait(text)
+        assert "is closed; make a new Sam3Client" in text.status.value
+        assert "make a new Sam3Client" in str(ui.last_notification().message)
+        assert len(viewer.layers) == before
+    finally:
+        STATE.set_client(connected)
 
 
 def test_score_threshold_refilters_in_place_without_a_model_call(

@@ -148,17 +148,22 @@ def test_scene_widget_cancel_and_errors(scene_viewer, connected, ui, qtbot):
 
 
 class SegmentSpy:
-    """Records the arguments and result of every `segment_scene` call (the real one runs)."""
+    """Records the settings, query and result of every `segment_scene` call (the real one
+    runs): the widget gives it a Query and a SceneSettings."""
 
     def __init__(self, monkeypatch) -> None:
         import napari_sam3.scene as scene
+        from napari_sam3.prompts.query import Query
+        from napari_sam3.scene.settings import FIELDS, SceneSettings
 
         self.calls: list[tuple[dict, object]] = []
         real = scene.segment_scene
 
-        def spied(*args, **kwargs):
-            frame = real(*args, **kwargs)
-            self.calls.append((kwargs, frame))
+        def spied(client, source, query, settings, **kwargs):
+            assert isinstance(query, Query) and isinstance(settings, SceneSettings)
+            frame = real(client, source, query, settings, **kwargs)
+            given = {name: getattr(settings, name) for name in FIELDS}
+            self.calls.append(({**given, "query": query}, frame))
             return frame
 
         monkeypatch.setattr(scene, "segment_scene", spied)

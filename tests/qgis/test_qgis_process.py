@@ -9,10 +9,12 @@ import socket
 
 import geopandas as gpd
 import numpy as np
+import pandas as pd
 import pytest
 from shapely.geometry import box
 
 from napari_sam3 import Sam3Client
+from napari_sam3.cli import main
 from napari_sam3.gis.post import PostProcess, postprocess
 from napari_sam3.prompts.concept import Concept
 from napari_sam3.scene import scene_geodataframe, segment_scene
@@ -78,8 +80,8 @@ def text_run(qgis_env, s2_tif, tiny_repository, tmp_path_factory):
     return done, out
 
 
-def test_segment_text_is_the_library_run_with_provenance_in_the_raster_crs(
-    text_run, s2_tif, local_client
+def test_segment_text_is_the_cli_run_with_provenance_in_the_raster_crs(
+    text_run, s2_tif, tiny_repository, local_client
 ):
     done, out = text_run
     assert results(done)["OUTPUT"] == str(out)
@@ -89,13 +91,18 @@ def test_segment_text_is_the_library_run_with_provenance_in_the_raster_crs(
     left, bottom, right, top = X0, Y0 - 3000, X0 + 4200, Y0
     x1, y1, x2, y2 = gdf.total_bounds
     assert left <= x1 and x2 <= right and bottom <= y1 and y2 <= top
-    # the same objects as the library's own scene run: the provider adds no logic of its own
-    df = segment_scene(
-        local_client, s2_tif, keywords=["building", "water"], score_thr=0, max_det=5,
-        memory_budget=int(MEMORY_GIB * 2**30), progress=False,
-    )  # fmt: skip
-    assert len(gdf) == len(df)
-    np.testing.assert_allclose(np.sort(gdf["score"]), np.sort(df["score"]), rtol=1e-5)
+    # the same file as the CLI's: one scene driver (scene/driver.py), no logic of the provider's
+    cli_out = out.with_name("cli.gpkg")
+    argv = ["segment", s2_tif, "--models", tiny_repository, "--precision", "fp32", "--keywords",
+            "building;water", "--score-thr", "0", "--max-det", "5", "--memory-budget",
+            f"{int(MEMORY_GIB * 1024)}MiB", "--out", cli_out, "--quiet"]  # fmt: skip
+    assert main([str(a) for a in argv]) == 0
+    cli = gpd.read_file(cli_out)
+    assert list(cli.columns) == list(gdf.columns) and len(cli) == len(gdf)
+    pd.testing.assert_frame_equal(
+        pd.DataFrame(cli.drop(columns="geometry")), pd.DataFrame(gdf.drop(columns="geometry"))
+    )
+    assert cli.geometry.to_wkb().tolist() == gdf.geometry.to_wkb().tolist()
 
 
 def test_memory_budget_is_the_library_s_and_said(text_run):

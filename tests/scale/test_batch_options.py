@@ -8,13 +8,15 @@ random_weights, checkpoint and postprocess, the parallel one text objects only, 
 Here the same rasters and options run serially, with --workers 2 (a LocalCluster the CLI starts)
 and on a running dask.distributed cluster (--dask), embedded and through a real mutual-TLS Triton
 server, and give identical polygons, prompt kinds and provenance. A table checks that each CLI
-option lands in what the workers get (the ConnectionSpec or the segment_scenes keywords).
+option lands in what the workers get (the ConnectionSpec, the Query, the SceneSettings or
+the other segment_scenes arguments).
 """
 
 from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import geopandas as gpd
 import numpy as np
@@ -196,7 +198,17 @@ def _plan(argv: list) -> tuple[ConnectionSpec, dict]:
 
 
 def _concepts(plan: dict) -> list[Concept]:
-    return [c for c in plan.get("concept") or [] if isinstance(c, Concept)]
+    return [c for c in plan["query"].concepts if isinstance(c, Concept)]
+
+
+def _q(plan: dict) -> Any:
+    """The Query every worker gets."""
+    return plan["query"]
+
+
+def _s(plan: dict) -> Any:
+    """The SceneSettings every worker gets."""
+    return plan["settings"]
 
 
 def _labels(plan: dict) -> list[int]:
@@ -208,10 +220,10 @@ def _labels(plan: dict) -> list[int]:
 # TLS run against the mutual-TLS server instead of --models.
 CASES = {
     "rasters": ([], lambda s, p, f: [x.name for x in p["paths"]] == ["north.tif", "south.tif"]),
-    "--prompt": (["--prompt", "road"], lambda s, p, f: p["prompt"] == "road"),
+    "--prompt": (["--prompt", "road"], lambda s, p, f: _q(p).keywords == ("road",)),
     "--keywords": (
         ["--keywords", "road;water"],
-        lambda s, p, f: p["keywords"] == ["road", "water"],
+        lambda s, p, f: _q(p).keywords == ("road", "water"),
     ),
     "--concept": (
         ["--concept", "{concept}"],
@@ -237,23 +249,23 @@ CASES = {
     "--out": ([], lambda s, p, f: Path(p["out_dir"]) == f["out"]),
     "--format": (["--format", "fgb"], lambda s, p, f: p["fmt"] == "fgb"),
     "--overwrite": (["--overwrite"], lambda s, p, f: p["overwrite"] is True),
-    "--tile-size": (["--tile-size", "96"], lambda s, p, f: p["tile_size"] == 96),
-    "--tile-overlap": (["--tile-overlap", "9"], lambda s, p, f: p["overlap"] == 9),
-    "--bands": (["--bands", "3,2,1"], lambda s, p, f: p["bands"] == [3, 2, 1]),
-    "--nodata": (["--nodata", "7"], lambda s, p, f: p["nodata"] == 7.0),
-    "--score-thr": (["--score-thr", "0.25"], lambda s, p, f: p["score_thr"] == 0.25),
-    "--max-det": (["--max-det", "4"], lambda s, p, f: p["max_det"] == 4),
-    "--dedup": (["--dedup", "0.6"], lambda s, p, f: p["dedup"] == 0.6),
+    "--tile-size": (["--tile-size", "96"], lambda s, p, f: _s(p).tile_size == 96),
+    "--tile-overlap": (["--tile-overlap", "9"], lambda s, p, f: _s(p).overlap == 9),
+    "--bands": (["--bands", "3,2,1"], lambda s, p, f: list(_s(p).bands) == [3, 2, 1]),
+    "--nodata": (["--nodata", "7"], lambda s, p, f: _s(p).nodata == 7.0),
+    "--score-thr": (["--score-thr", "0.25"], lambda s, p, f: _q(p).score_thr == 0.25),
+    "--max-det": (["--max-det", "4"], lambda s, p, f: _q(p).max_det == 4),
+    "--dedup": (["--dedup", "0.6"], lambda s, p, f: _q(p).dedup == 0.6),
     "--simplify": (["--simplify", "1.5"], lambda s, p, f: p["simplify"] == 1.5),
     "--min-area-m2": (
         ["--min-area-m2", "250"],
-        lambda s, p, f: p["postprocess"].min_area_m2 == 250,
+        lambda s, p, f: _q(p).postprocess.min_area_m2 == 250,
     ),
-    "--min-area-px": (["--min-area-px", "12"], lambda s, p, f: p["postprocess"].min_area_px == 12),
-    "--fill-holes": (["--fill-holes"], lambda s, p, f: p["postprocess"].fill_holes is True),
-    "--regularize": (["--regularize"], lambda s, p, f: p["postprocess"].regularize is True),
-    "--smooth": (["--smooth"], lambda s, p, f: p["postprocess"].smooth is True),
-    "--simplify-m": (["--simplify-m", "2.5"], lambda s, p, f: p["postprocess"].simplify == 2.5),
+    "--min-area-px": (["--min-area-px", "12"], lambda s, p, f: _q(p).postprocess.min_area_px == 12),
+    "--fill-holes": (["--fill-holes"], lambda s, p, f: _q(p).postprocess.fill_holes is True),
+    "--regularize": (["--regularize"], lambda s, p, f: _q(p).postprocess.regularize is True),
+    "--smooth": (["--smooth"], lambda s, p, f: _q(p).postprocess.smooth is True),
+    "--simplify-m": (["--simplify-m", "2.5"], lambda s, p, f: _q(p).postprocess.simplify == 2.5),
     "--connect-timeout": (
         ["TLS", "--connect-timeout", "42"],
         lambda s, p, f: s.connect_timeout == 42.0,
@@ -286,13 +298,13 @@ CASES = {
     "--bbox": (
         ["--bbox", "330000,5812000,335000,5816000,EPSG:32633"],
         lambda s, p, f: (
-            (p["aoi"].minx, p["aoi"].maxy, p["aoi"].crs) == (330000.0, 5816000.0, "EPSG:32633")
+            (_s(p).aoi.minx, _s(p).aoi.maxy, _s(p).aoi.crs) == (330000.0, 5816000.0, "EPSG:32633")
         ),
     ),
-    "--gsd": (["--gsd", "15"], lambda s, p, f: p["gsd"] == 15.0),
+    "--gsd": (["--gsd", "15"], lambda s, p, f: _s(p).gsd == 15.0),
     "--memory-budget": (
         ["--memory-budget", "900MB"],
-        lambda s, p, f: p["memory_budget"] == 900_000_000,
+        lambda s, p, f: _s(p).memory_budget == 900_000_000,
     ),
 }
 # Options with no effect on what a worker computes, and why.
@@ -339,6 +351,8 @@ def test_each_option_reaches_the_workers(
     # what goes to the workers survives the trip (dask pickles the task's arguments)
     again_spec, again_plan = pickle.loads(pickle.dumps((spec, plan)))
     assert again_spec == spec and again_plan.keys() == plan.keys()
+    assert again_plan["query"] == plan["query"]
+    assert again_plan["settings"].key() == plan["settings"].key()
     assert not list(tmp_path.glob("out/*")), "planning writes nothing"
 
 

@@ -115,6 +115,11 @@ class Query:
             self.keywords or self.concepts or self.exemplars is not None or self.exemplar_boxes
         ):
             raise InvalidInput(_NOTHING)
+        if self.exemplar_boxes and not self.keywords and 1 not in self.exemplar_labels:
+            raise InvalidInput(
+                "a visual query needs at least one positive exemplar box (label 1), or a keyword "
+                "that the negative boxes refine"
+            )
         if self.exemplar_boxes and self.concepts:
             raise InvalidInput("give either a concept or exemplar boxes, not both")
         if self.exemplar_boxes and (len(self.keywords) > 1 or self.exemplars is not None):

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -142,12 +142,8 @@ def segment_scene(
         from napari_sam3.scene.driver import with_exemplar_concepts
 
         query = with_exemplar_concepts(client, query, [source], settings)
-    gsd, aoi = settings.gsd, settings.aoi
-    info = raster_info(source, gsd=gsd)
-    validate.image_side(info.rows, info.cols, f"raster {_source_name(info.path)}")
-    tiles = scene_tiles(client, info, settings.tile_size, settings.overlap)
-    window = None if aoi is None else aoi_window(aoi, info)
-    run = tiles if window is None else tiles_touching(tiles, window)
+    gsd = settings.gsd
+    info, tiles, run, window = tile_plan(client, source, settings)
     timings = dict.fromkeys(PHASES, 0.0)
     in_flight = default_in_flight(client) if settings.in_flight is None else settings.in_flight
     budget = resolve_budget(settings.memory_budget)
@@ -266,6 +262,26 @@ def scene_tiles(
     size = validate.integer("tile_size (pixels)", size, 8)
     overlap = size // 8 if overlap is None else overlap
     return tile_grid(info.rows, info.cols, int(size), overlap)
+
+
+class TilePlan(NamedTuple):
+    """Which tiles of a scene run: the raster as tiled (on the ``gsd`` grid), the whole grid,
+    the tiles that run (those touching the AOI) and the AOI's window (None: the whole scene)."""
+
+    info: RasterInfo
+    tiles: list[Tile]
+    run: list[Tile]
+    window: Any
+
+
+def tile_plan(client: Any, source: Source, settings: SceneSettings) -> TilePlan:
+    """The tiles a run of ``settings`` on ``source`` segments, with the scene's own defaults
+    (what the napari Scene tab counts before it starts)."""
+    info = raster_info(source, gsd=settings.gsd)
+    validate.image_side(info.rows, info.cols, f"raster {_source_name(info.path)}")
+    tiles = scene_tiles(client, info, settings.tile_size, settings.overlap)
+    window = None if settings.aoi is None else aoi_window(settings.aoi, info)
+    return TilePlan(info, tiles, tiles if window is None else tiles_touching(tiles, window), window)
 
 
 def read_tile(

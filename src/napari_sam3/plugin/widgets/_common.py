@@ -9,7 +9,9 @@ napari notifications carrying the library's message.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +194,26 @@ def row(*widgets, label: str = "") -> Container:
     return Container(widgets=list(widgets), layout="horizontal", labels=False, label=label)
 
 
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+def _errors_returned(func: Callable) -> Callable:
+    """A generator job whose error comes back as its result. superqt's generator worker takes a
+    RuntimeError it returns for a deleted Qt object and emits neither ``errored`` nor
+    ``finished``: the widget would wait forever on, e.g., a closed engine's error."""
+
+    @functools.wraps(func)
+    def run(*args: Any, **kw: Any):
+        try:
+            return (yield from func(*args, **kw))
+        except Exception as error:  # noqa: BLE001 - shown to the analyst by Job._errored
+            return _Failed(error)
+
+    return run
+
+
 class Job:
     """Runs one library call at a time in a napari thread worker for a widget."""
 
@@ -233,6 +255,8 @@ class Job:
         self._cancelled = False
         self._close_activity()
         self.activity = progress(total=0, desc=f"SAM3: {what}") if listed else None
+        if inspect.isgeneratorfunction(func):
+            func = _errors_returned(func)
         worker = create_worker(func, *args, _start_thread=False, _ignore_errors=True, **kw)
         worker.returned.connect(lambda result: self._returned(worker, done, result))
         worker.errored.connect(lambda error: self._errored(worker, error))
@@ -286,6 +310,9 @@ class Job:
             self.activity.refresh()
 
     def _returned(self, worker, done, result) -> None:
+        if isinstance(result, _Failed):
+            self._errored(worker, result.error)
+            return
         if worker is not self.worker or self._cancelled:
             return
         try:

@@ -13,6 +13,7 @@ from napari.layers import Shapes
 
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import layer_combo, row, scene_combo
+from napari_sam3.prompts.query import Query
 
 EXEMPLAR_LAYER = "SAM3 exemplars"
 POSITIVE_COLOR, NEGATIVE_COLOR = "lime", "red"
@@ -40,6 +41,12 @@ def thresholds(widget) -> dict:
         "max_det": int(widget.max_det.value),
         "dedup": dedup if dedup > 0 else None,
     }
+
+
+def query(widget, **fields) -> Query:
+    """The run's :class:`~napari_sam3.prompts.query.Query`: `fields` (keywords, concepts,
+    exemplar boxes) with the widget's thresholds; checked, with the library's messages."""
+    return Query(**{**thresholds(widget), **fields})
 
 
 def add_threshold_fields(widget, shared=None) -> list:

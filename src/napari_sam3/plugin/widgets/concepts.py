@@ -19,8 +19,8 @@ from napari_sam3.plugin.widgets._fields import (
     add_exemplar_fields,
     add_image_fields,
     add_threshold_fields,
+    query,
     target_of,
-    thresholds,
 )
 from napari_sam3.prompts.concept import Concept
 
@@ -174,13 +174,12 @@ class ConceptsWidget(Sam3Widget):
             )
         else:
             target = target_of(self)
-        options = thresholds(self)
-        named = [(c.name, c) for c in concepts]
+        wanted = query(self, concepts=[(c.name, c) for c in concepts])
 
         def work():
             # One vision pass for all of them (the `keyword` column is each concept's name).
             prepared = yield from _layers.prepared_with_status(client, target)
-            frame = client.multi(prepared, concepts=named, **options)
+            frame = client.find(prepared, wanted)
             return [frame[frame["keyword"] == c.name].reset_index(drop=True) for c in concepts]
 
         self.job.start(

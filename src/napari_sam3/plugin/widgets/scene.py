@@ -30,7 +30,7 @@ from napari_sam3.plugin.widgets._fields import (
     WHOLE,
     add_image_fields,
     add_threshold_fields,
-    thresholds,
+    query,
 )
 from napari_sam3.prompts.keywords import parse_keywords
 
@@ -100,7 +100,7 @@ def region_aoi(region, layer, source):
     return Bbox(*box, crs=info.crs.to_string())
 
 
-def scene_work(client, source, cancel: threading.Event, tiles: int, **kwargs):
+def scene_work(client, source, cancel: threading.Event, tiles: int, query, settings):
     """Generator for the widget's job: yields (tiles done, tiles) and returns the DataFrame.
 
     `segment_scene` runs in a thread of its own; its progress callback forwards every tile here
@@ -117,7 +117,7 @@ def scene_work(client, source, cancel: threading.Event, tiles: int, **kwargs):
 
     yield (0, tiles)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(segment_scene, client, source, progress=progress, **kwargs)
+        future = pool.submit(segment_scene, client, source, query, settings, progress=progress)
         try:
             while not (future.done() and updates.empty()):
                 try:
@@ -215,55 +215,48 @@ class SceneWidget(Sam3Widget):
         return region_aoi(region, layer, source)
 
     def arguments(self) -> tuple:
-        """(source, layer, segment_scene keyword arguments, keywords) from the widget's fields."""
+        """(source, layer, Query, SceneSettings, tiles that will run) from the widget's fields;
+        tile size and overlap left at 0 / -1 are the scene's own defaults."""
         from napari_sam3.imagery.raster import raster_info
-        from napari_sam3.scene import tile_grid
-        from napari_sam3.scene.aoi import aoi_window, tiles_touching
+        from napari_sam3.scene import SceneSettings
         from napari_sam3.scene.budget import resolve_budget
+        from napari_sam3.scene.run import tile_plan
 
         client = self.client
         words = parse_keywords(self.prompt.value)
         if not words:
             raise ValueError("type a text prompt, or comma-separated keywords")
+        wanted = query(self, keywords=words)
         source, layer = self._source()
-        options = thresholds(self)
-        size = int(self.tile_size.value) or int(client.image_size)
         overlap = int(self.overlap.value)
-        kwargs = {
-            "tile_size": size,
-            "overlap": size // 8 if overlap < 0 else overlap,
-            "bands": default_bands(layer, self.bands.value),
-            "gsd": float(self.gsd.value) or None,
-            "aoi": self._aoi(source, layer),
-            "memory_budget": resolve_budget(int(self.memory.value * 2**30) or None),
-            **options,
-        }
-        if len(words) == 1:
-            kwargs["prompt"] = words[0]
-        else:
-            kwargs["keywords"] = words
-        if layer is not None:  # the stretch the layer is shown with, not a second one
-            kwargs["stats"] = _layers.scene_stats(self.viewer, layer, self.bands.value)
-        info = raster_info(source)
-        if layer is not None and _layers.image_shape(layer) != (info.rows, info.cols):
-            raise ValueError(
-                f"{layer.name} is {_layers.image_shape(layer)} pixels but its file is "
-                f"{info.rows}x{info.cols}: choose the scene file instead"
-            )
-        if kwargs["gsd"] is not None:  # tiled on the resampled grid
-            info = raster_info(source, gsd=kwargs["gsd"])
-        grid = tile_grid(info.rows, info.cols, size, kwargs["overlap"])
-        if kwargs["aoi"] is not None:
-            grid = tiles_touching(grid, aoi_window(kwargs["aoi"], info))
-        return source, layer, kwargs, words, len(grid)
+        settings = SceneSettings(
+            tile_size=int(self.tile_size.value) or None,
+            overlap=None if overlap < 0 else overlap,
+            bands=default_bands(layer, self.bands.value),
+            gsd=float(self.gsd.value) or None,
+            aoi=self._aoi(source, layer),
+            memory_budget=resolve_budget(int(self.memory.value * 2**30) or None),
+            # the stretch the layer is shown with, not a second one
+            stats=None
+            if layer is None
+            else _layers.scene_stats(self.viewer, layer, self.bands.value),
+        )
+        if layer is not None:
+            info = raster_info(source)
+            if _layers.image_shape(layer) != (info.rows, info.cols):
+                raise ValueError(
+                    f"{layer.name} is {_layers.image_shape(layer)} pixels but its file is "
+                    f"{info.rows}x{info.cols}: choose the scene file instead"
+                )
+        return source, layer, wanted, settings, len(tile_plan(client, source, settings).run)
 
     @reports_errors("Scene segment failed")
     def run(self, *_args) -> None:
         client = self.client
-        source, layer, kwargs, words, tiles = self.arguments()
+        source, layer, wanted, settings, tiles = self.arguments()
         self._cancel_event = cancel = threading.Event()
         self.tiles, self.tiles_done = tiles, 0
-        name = f"SAM3 scene {', '.join(words)}"
+        words = ", ".join(wanted.keywords)
         self.job.start(
             f"Segmenting {tiles} tiles",
             scene_work,
@@ -271,8 +264,9 @@ class SceneWidget(Sam3Widget):
             source,
             cancel,
             tiles,
-            **kwargs,
-            done=lambda frame: self._show(frame, layer, name, ", ".join(words)),
+            wanted,
+            settings,
+            done=lambda frame: self._show(frame, layer, f"SAM3 scene {words}", words),
         )
 
     def _progress_changed(self, *_args) -> None:
@@ -283,27 +277,12 @@ class SceneWidget(Sam3Widget):
         self._cancel_event.set()
 
     def _show(self, frame, layer, name: str, prompt: str) -> str:
-        import pandas as pd
-
-        from napari_sam3.scene import scene_labels
-
         shape = tuple(frame.attrs["scene"]["shape"])
-        labels = scene_labels(frame, shape) if len(frame) else np.zeros(shape, np.int32)
-        n = len(frame)
         path = frame.attrs["scene"]["path"]
         path = path[0] if isinstance(path, tuple | list) and path else path
         source = layer.name if layer is not None else Path(str(path)).name
-        features = pd.DataFrame(
-            {
-                "index": np.arange(1, n + 1, dtype=np.int64),
-                "score": np.asarray(frame["score"], np.float32),
-                "keyword": [str(k) for k in frame["keyword"]],
-                "prompt_kind": [str(k) for k in frame["prompt_kind"]],
-                "area": np.bincount(labels.ravel(), minlength=n + 1)[1 : n + 1].astype(np.int64),
-                "source": [source] * n,
-                "tile": np.asarray(frame["tile"], np.int64),
-            }
-        )
+        labels, features = _layers.results_to_labels(frame, shape, source)
+        features["tile"] = np.asarray(frame["tile"], np.int64)
         tiles = len(frame.attrs.get("tiles_run", frame.attrs.get("tiles", ())))
         gsd = frame.attrs["scene"].get("gsd")
         record = {"prompt": prompt, "tiles": tiles, "gsd": gsd}

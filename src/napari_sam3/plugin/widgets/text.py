@@ -1,7 +1,7 @@
 """Text & exemplars: any number of keywords and/or exemplar boxes -> labels layers.
 
-One keyword (with or without exemplar boxes) is one `Sam3Client.segment`; several keywords share
-one vision pass through `Sam3Client.multi`. The run keeps every candidate the model gives (score
+The fields make one :class:`~napari_sam3.prompts.query.Query` for `Sam3Client.find`: one keyword
+(with or without exemplar boxes) is one grounding pass; several keywords share one vision pass. The run keeps every candidate the model gives (score
 threshold 0) and shows those at or above the Score threshold: moving the threshold afterwards
 re-filters the last result in place, with no model call. That is exact, because dedup and the
 detection cap keep a mask only by comparing it with better-scored masks, which a higher threshold
@@ -22,8 +22,8 @@ from napari_sam3.plugin.widgets._fields import (
     add_exemplar_fields,
     add_image_fields,
     add_threshold_fields,
+    query,
     target_of,
-    thresholds,
 )
 from napari_sam3.prompts.keywords import parse_keywords
 
@@ -84,22 +84,19 @@ class TextWidget(Sam3Widget):
         boxes, labels = _layers.boxes_from_shapes(self.exemplars.value, target)
         if not keywords and len(boxes) == 0:
             raise ValueError("type a keyword, or draw exemplar boxes on the Exemplars layer")
-        if len(boxes) and not labels.any():
-            raise ValueError("a visual query needs at least one positive box")
         if len(boxes) and len(keywords) > 1:
             raise ValueError(
                 f"exemplar boxes go with one keyword at most, got {len(keywords)}: keep one, "
                 "or encode the boxes as a concept (Concepts tab) and apply it beside the keywords"
             )
-        options = {**thresholds(self), "score_thr": 0.0}
-        exemplar = {"exemplar_boxes": boxes, "exemplar_labels": labels} if len(boxes) else {}
+        # every candidate is kept (score 0): the threshold re-filters in place (_refilter)
+        wanted = query(
+            self, keywords=keywords, exemplar_boxes=boxes, exemplar_labels=labels, score_thr=0.0
+        )
 
         def work():
             prepared = yield from _layers.prepared_with_status(client, target)
-            if len(keywords) > 1:
-                return client.multi(prepared, keywords, **options)
-            prompt = keywords[0] if keywords else None
-            return client.segment(prepared, prompt=prompt, **exemplar, **options)
+            return client.find(prepared, wanted)
 
         names = keywords or ["visual query"]
         what = f"Segmenting {', '.join(repr(k) for k in names)}"
