@@ -174,24 +174,19 @@ def _connection_spec(args: argparse.Namespace, repository: Any = None) -> Any:
     Every client of a run is made from it: this process's, and each batch worker's."""
     from napari_sam3.client.connection import ConnectionSpec
 
-    cache_mib = getattr(args, "cache_mib", None)
-    if cache_mib is not None and (isinstance(cache_mib, bool) or cache_mib < 1):
-        raise UsageError(f"--cache-mib must be a positive number of MiB, got {cache_mib}")
+    # every option of OPTIONS this command has and the user set; the rest keep the spec's defaults
     given = {
-        "servers": getattr(args, "server", None) or (),
-        "repository": repository or getattr(args, "models", None),
-        "tls": getattr(args, "tls", False),
-        "root_certificates": getattr(args, "tls_root_cert", None),
-        "private_key": getattr(args, "tls_client_key", None),
-        "certificate_chain": getattr(args, "tls_client_cert", None),
-        "connect_timeout": getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
-        "request_timeout": getattr(args, "request_timeout", DEFAULT_REQUEST_TIMEOUT),
-        "deadline": getattr(args, "deadline", None),
-        "runtime": getattr(args, "runtime", "auto"),
-        "precision": getattr(args, "precision", "auto"),
-        "threads": getattr(args, "threads", 0),
-        "cache_bytes": None if cache_mib is None else cache_mib * 2**20,
+        field: value
+        for field, option in OPTIONS.items()
+        if (value := getattr(args, option[2:].replace("-", "_"), None)) is not None
     }
+    if repository is not None:
+        given["repository"] = repository
+    if "cache_bytes" in given:  # --cache-mib
+        cache_mib = given["cache_bytes"]
+        if isinstance(cache_mib, bool) or cache_mib < 1:
+            raise UsageError(f"--cache-mib must be a positive number of MiB, got {cache_mib}")
+        given["cache_bytes"] = cache_mib * 2**20
     try:
         return ConnectionSpec(**given)
     except ValueError as error:  # said with the options' names only: "--deadline must be ..."
