@@ -67,7 +67,7 @@ def test_raster_stretch_and_array_agree():
 
 
 def test_cli_bands_and_keywords_use_the_shared_parsers():
-    from napari_sam3.cli import _segment_options, build_parser
+    from napari_sam3.cli import _query, _scene_settings, build_parser
 
     args = build_parser().parse_args(
         [
@@ -83,6 +83,5 @@ def test_cli_bands_and_keywords_use_the_shared_parsers():
             "4,3,2",
         ]
     )
-    options = _segment_options(args)
-    assert options["keywords"] == ["Building", "road"]
-    assert options["bands"] == [4, 3, 2]
+    assert _query(args, []).keywords == ("Building", "road")
+    assert list(_scene_settings(args).bands) == [4, 3, 2]
