@@ -167,7 +167,7 @@ def _query(
     """The job's Query: keywords, CONCEPTS, the concepts EXEMPLARS encode (once, over all the
     rasters), the thresholds and the post-processing."""
     from napari_sam3.prompts.query import Query
-    from napari_sam3.prompts.vector import scene_exemplar_concepts
+    from napari_sam3.scene.exemplars import scene_exemplar_concepts
 
     concepts = _concepts(job, client)
     exemplars = _exemplars(job)
@@ -240,7 +240,7 @@ def segment(job: dict[str, Any], events: Events) -> None:
 
 def encode_concept(job: dict[str, Any], events: Events) -> None:
     """EXEMPLARS on a raster -> one portable concept (.npz)."""
-    from napari_sam3.prompts.vector import scene_exemplar_concepts
+    from napari_sam3.scene.exemplars import scene_exemplar_concepts
 
     raster, name = job["raster"], job.get("source_name") or Path(job["raster"]).name
     settings = _settings(job)

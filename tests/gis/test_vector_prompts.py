@@ -12,6 +12,7 @@ from pyproj import Transformer
 from shapely.geometry import LineString, Polygon
 
 from napari_sam3.prompts import vector as vp
+from napari_sam3.scene.exemplars import scene_exemplar_concepts
 
 from .conftest import UTM21, UTM21_ORIGIN
 
@@ -225,7 +226,7 @@ def test_scene_exemplar_concepts_read_tiles_as_the_scene_run_does(
     with rasterio.open(holed, "w", **profile) as dst:
         dst.write(data)
 
-    (concept,) = vp.scene_exemplar_concepts(local_client, [holed], lonlat_gpkg)
+    (concept,) = scene_exemplar_concepts(local_client, [holed], lonlat_gpkg)
     # by hand: the first tile, the whole scene's stretch, nodata pixels black
     size = local_client.image_size
     stats = scene_stretch(holed, nodata=0)
@@ -237,11 +238,11 @@ def test_scene_exemplar_concepts_read_tiles_as_the_scene_run_does(
         np.testing.assert_allclose(concept.tensors()[name], value, rtol=1e-5, atol=1e-6)
 
     with pytest.raises(ValueError, match="tile_size"):
-        vp.scene_exemplar_concepts(local_client, [holed], lonlat_gpkg, tile_size=4)
+        scene_exemplar_concepts(local_client, [holed], lonlat_gpkg, tile_size=4)
 
 
 def test_scene_exemplar_concepts_outside_every_scene_is_an_error(
     local_client, lonlat_gpkg, s2_scene_tif
 ):
     with pytest.raises(vp.ExemplarsOutside, match="fall outside every raster given"):
-        vp.scene_exemplar_concepts(local_client, [s2_scene_tif], lonlat_gpkg)
+        scene_exemplar_concepts(local_client, [s2_scene_tif], lonlat_gpkg)

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from napari_sam3.gis import files as io_utils
+from napari_sam3.core import files as io_utils
 from napari_sam3.plugin.settings import ConnectionSettings, load_connection, save_connection
 
 

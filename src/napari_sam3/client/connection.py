@@ -6,9 +6,10 @@ The command line (``napari-sam3``), the panel's connection section (through its 
 embedded runtime) reaches every client of a run. A spec is frozen, hashable and picklable: it
 travels to worker processes, which keep one client per spec.
 
-The defaults of the timeouts, the runtime and precision names (from
-``runtime/onnx_runner.py``) and the option names of the command line live here; the check
-of a number of seconds is ``validate.seconds``.
+The runtime and precision names (from ``runtime/onnx_runner.py``) and the option names of the
+command line live here; the timeouts and their defaults live below the client and the engines
+(``runtime/engines/settings.py``) and are re-exported here. The check of a number of seconds is
+``validate.seconds``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from napari_sam3.core import validate
+from napari_sam3.runtime.engines.settings import (
+    DEADLINE_FACTOR,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    Timeouts,
+)
 from napari_sam3.runtime.onnx_runner import AUTO, PRECISIONS, RUNTIMES, check_choice
 
 __all__ = [
@@ -34,11 +42,6 @@ __all__ = [
     "check_embedded",
     "check_times",
 ]
-
-DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds to wait for a ready Triton server
-DEFAULT_REQUEST_TIMEOUT = 600.0  # one request try; a full-size CPU encoder pass takes ~40 s
-DEFAULT_LIVENESS_TIMEOUT = 20.0  # a server silent this long while a request runs is given up on
-DEADLINE_FACTOR = 1.5  # all tries of one call: this times the request timeout, unless given
 
 # what the embedded engine accepts: "auto" or a name of onnx_runner's
 RUNTIME_CHOICES = (AUTO, *RUNTIMES)
@@ -82,34 +85,6 @@ def check_times(
         validate.seconds(_named("request_timeout"), request_timeout),
         None if deadline is None else validate.seconds(_named("deadline"), deadline),
     )
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """How long a Triton client waits, in seconds, and how often it tries again.
-
-    ``connect``: for a ready server; ``request``: the most one request try may take;
-    ``deadline``: all tries of one call together (None: ``DEADLINE_FACTOR`` x ``request``);
-    ``liveness``: a server silent this long while a request runs is given up on.
-    """
-
-    connect: float = DEFAULT_CONNECT_TIMEOUT
-    request: float = DEFAULT_REQUEST_TIMEOUT
-    deadline: float | None = None
-    liveness: float = DEFAULT_LIVENESS_TIMEOUT
-    retries: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("connect", "request", "liveness"):
-            object.__setattr__(self, name, validate.seconds(f"{name}_timeout", getattr(self, name)))
-        if self.deadline is not None:
-            object.__setattr__(self, "deadline", validate.seconds("deadline", self.deadline))
-        object.__setattr__(self, "retries", validate.integer("retries", self.retries, 0, 100))
-
-    @property
-    def total(self) -> float:
-        """All tries of one call together."""
-        return self.deadline if self.deadline is not None else DEADLINE_FACTOR * self.request
 
 
 def check_embedded(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from napari_sam3.gis.files import atomic_write_bytes
+from napari_sam3.core.files import atomic_write_bytes
 from napari_sam3.masks.protocol import frame_masks
 
 __all__ = ["coco_rle", "to_coco", "write_coco"]

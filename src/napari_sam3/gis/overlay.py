@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
-from napari_sam3.gis.files import atomic_path
+from napari_sam3.core.files import atomic_path
 from napari_sam3.masks.paint import paint_frame
 from napari_sam3.masks.protocol import Mask
 

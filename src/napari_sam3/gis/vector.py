@@ -47,7 +47,7 @@ from rasterio.shutil import copy as rio_copy
 from rasterio.transform import Affine
 from shapely.geometry import MultiPolygon, shape
 
-from napari_sam3.gis.files import atomic_path
+from napari_sam3.core.files import atomic_path
 from napari_sam3.gis.overlay import overlay_image, overlay_png
 from napari_sam3.imagery.raster import Raster, RasterInfo, raster_info
 from napari_sam3.masks.paint import paint_frame

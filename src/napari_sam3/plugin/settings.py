@@ -152,6 +152,6 @@ def save_connection(settings: ConnectionSettings) -> Path:
         data = {}
     data["connection"] = asdict(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from napari_sam3.gis.files import atomic_write_bytes
+    from napari_sam3.core.files import atomic_write_bytes
 
     return atomic_write_bytes(path, json.dumps(data, indent=2).encode("utf-8"), overwrite=True)

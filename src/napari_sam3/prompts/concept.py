@@ -140,7 +140,7 @@ class Concept:
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write atomically; refuses to replace an existing file unless `overwrite`."""
-        from napari_sam3.gis.files import atomic_write_bytes
+        from napari_sam3.core.files import atomic_write_bytes
 
         return atomic_write_bytes(Path(path), self.to_bytes(), overwrite=overwrite)
 

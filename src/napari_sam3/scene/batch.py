@@ -36,7 +36,7 @@ from typing import Any
 
 from napari_sam3.client.connection import ConnectionSpec
 from napari_sam3.core.errors import RefusedError, Sam3Error
-from napari_sam3.gis.files import atomic_write_bytes, remove_temporaries
+from napari_sam3.core.files import atomic_write_bytes, remove_temporaries
 from napari_sam3.prompts.query import Query
 from napari_sam3.scene.output import refuse_inputs
 from napari_sam3.scene.run import query_and_settings

@@ -64,7 +64,7 @@ def with_exemplar_concepts(
     in, over all ``sources`` (so every scene of a batch gets the very same concepts)."""
     if query.exemplars is None:
         return query
-    from napari_sam3.prompts.vector import scene_exemplar_concepts
+    from napari_sam3.scene.exemplars import scene_exemplar_concepts
 
     encoded = scene_exemplar_concepts(
         client,

@@ -212,7 +212,7 @@ def write_png(rgb: np.ndarray, path: str | os.PathLike, overwrite: bool = False)
     ``overwrite``)."""
     from PIL import Image
 
-    from napari_sam3.gis.files import atomic_path
+    from napari_sam3.core.files import atomic_path
 
     path = Path(path)
     if path.suffix.lower() != ".png":

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from napari_sam3.client.connection import Timeouts
 from napari_sam3.core import contract
 from napari_sam3.runtime.engines.model_config import ModelConfig, OutputNames, Outputs, Tensors
+from napari_sam3.runtime.engines.settings import Timeouts
 
 log = logging.getLogger(__name__)
 

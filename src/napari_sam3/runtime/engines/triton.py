@@ -25,7 +25,6 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from napari_sam3.client.connection import Timeouts
 from napari_sam3.core import validate
 from napari_sam3.core.errors import Sam3Error
 from napari_sam3.core.files import read_pem
@@ -36,6 +35,7 @@ from napari_sam3.runtime.engines.model_config import (
     Tensors,
     parse_model_config,
 )
+from napari_sam3.runtime.engines.settings import Timeouts
 
 # Worth a retry: the request never reached a model (refused, reset, overloaded). A try that ran
 # out of time is not retried: the server may still be working on it.
