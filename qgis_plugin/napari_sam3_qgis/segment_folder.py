@@ -14,7 +14,8 @@ from qgis.core import (
 from .algorithm import Sam3Algorithm
 from .runner import Job
 
-# the library's --format names (gis/vector.py FORMAT_SUFFIXES)
+# the library's --format names: a copy of napari_sam3.core.formats.OUTPUT_FORMATS (QGIS never
+# imports napari_sam3), which tests/gis/test_format_tables.py compares with it
 FORMATS = ["gpkg", "geojson", "shp", "parquet", "fgb", "tif", "cog"]
 
 

@@ -36,6 +36,13 @@ from napari_sam3.core.errors import (
     RefusedError,
     Sam3Error,
 )
+from napari_sam3.core.formats import (
+    FORMAT_SUFFIXES,
+    LABEL_SUFFIXES,
+    OUTPUT_FORMATS,
+    OUTPUT_SUFFIXES,
+    VECTOR_INPUTS,
+)
 from napari_sam3.imagery.bands import parse_bands
 from napari_sam3.prompts.keywords import parse_keywords
 
@@ -49,8 +56,6 @@ RANDOM_BANNER = """
 
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".jp2", ".png", ".jpg", ".jpeg", ".img", ".vrt")
-SCENE_OUTPUTS = (".gpkg", ".geojson", ".shp", ".parquet", ".fgb", ".tif", ".tiff")
-OUTPUT_FORMATS = ("gpkg", "geojson", "shp", "parquet", "fgb", "tif", "cog")
 
 
 def _nodata(text: str) -> float | str:
@@ -352,9 +357,9 @@ def _plan_outputs(
     says, and existing outputs without `overwrite`."""
     target = Path(out)
     suffix = target.suffix.lower()
-    if suffix and suffix not in SCENE_OUTPUTS:
+    if suffix and suffix not in OUTPUT_SUFFIXES:
         raise UsageError(
-            f"--out {out}: unknown extension {suffix}; give a {', '.join(SCENE_OUTPUTS)} file, "
+            f"--out {out}: unknown extension {suffix}; give a {', '.join(OUTPUT_SUFFIXES)} file, "
             "or a folder (one output per raster)"
         )
     merged = None
@@ -363,7 +368,7 @@ def _plan_outputs(
             raise UsageError(f"--out {out}: folder {target.parent} does not exist")
         if len(inputs) == 1:
             targets = [target]
-        elif suffix in (".tif", ".tiff"):
+        elif suffix in LABEL_SUFFIXES:
             raise UsageError(
                 "a label GeoTIFF holds one scene: for several rasters give --out a folder "
                 "(one output per raster) or a vector file such as .gpkg (one merged layer)"
@@ -373,8 +378,6 @@ def _plan_outputs(
     else:
         if target.exists() and not target.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder or a .gpkg/.geojson/.tif")
-        from napari_sam3.gis.vector import FORMAT_SUFFIXES
-
         targets = [target / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs]
         clash = sorted({t.name for t in targets if targets.count(t) > 1})
         if clash:
@@ -807,15 +810,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runtime_options(demo)
     demo.set_defaults(run=cmd_demo)
 
+    vector_labels = ", ".join(f.label for f in OUTPUT_FORMATS.values() if f.vector)
     segment = sub.add_parser(
         "segment",
         help="segment whole rasters tile by tile into GIS layers",
         description="Segment one raster, several, or every raster in a folder, tile by tile, "
-        "into a vector layer (GeoPackage, GeoJSON, Shapefile, GeoParquet, FlatGeobuf) or a label "
-        "GeoTIFF (optionally Cloud-Optimised).",
-        epilog="--out FILE.gpkg|.geojson|.shp|.parquet|.fgb|.tif: one raster's output, or one "
-        "merged layer for "
-        "several (vector only). --out FOLDER: one output per raster, named after it "
+        f"into a vector layer ({vector_labels}) or a label GeoTIFF (optionally Cloud-Optimised).",
+        epilog=f"--out FILE{'|'.join(OUTPUT_SUFFIXES)}: one raster's output, or one merged layer "
+        "for several (vector only). --out FOLDER: one output per raster, named after it "
         "(--format). Exit codes: 0 every raster written; 1 some rasters failed (the rest "
         "written, failures listed); 2 nothing could run (bad usage, no model, an existing "
         "output without --overwrite).",
@@ -837,7 +839,7 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument(
         "--exemplars",
         metavar="FILE",
-        help="exemplar polygons/boxes from a vector file (.gpkg, .shp, .geojson, .parquet, .fgb) "
+        help=f"exemplar polygons/boxes from a vector file ({', '.join(VECTOR_INPUTS)}) "
         "in any CRS; the tiles they fall in encode a concept applied to every raster",
     )
     segment.add_argument(
@@ -855,10 +857,11 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument("--out", required=True, help="output file, or a folder")
     segment.add_argument(
         "--format",
-        choices=OUTPUT_FORMATS,
+        choices=list(OUTPUT_FORMATS),
         default="gpkg",
-        help="output type when --out is a folder (default gpkg); with --out FILE.tif, cog "
-        "writes a Cloud-Optimised GeoTIFF",
+        help="output type when --out is a folder (default gpkg): "
+        + ", ".join(f"{f.name} ({f.label})" for f in OUTPUT_FORMATS.values())
+        + "; with --out FILE.tif, cog writes a Cloud-Optimised GeoTIFF",
     )
     segment.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     segment.add_argument("--tile-size", type=int, help="pixels (default: the model's input size)")

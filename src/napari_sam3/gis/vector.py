@@ -48,15 +48,14 @@ from rasterio.transform import Affine
 from shapely.geometry import MultiPolygon, shape
 
 from napari_sam3.core.files import atomic_path
+from napari_sam3.core.formats import LABEL_SUFFIXES, OUTPUT_FORMATS, VECTOR_FORMATS
 from napari_sam3.gis.overlay import overlay_image, overlay_png
 from napari_sam3.imagery.raster import Raster, RasterInfo, raster_info
 from napari_sam3.masks.paint import paint_frame
 from napari_sam3.masks.protocol import Mask, frame_masks
 
 __all__ = [
-    "FORMAT_SUFFIXES",
     "GEOPACKAGE_LAYER",
-    "VECTOR_FORMATS",
     "add_provenance",
     "masks_to_labels",
     "overlay_image",
@@ -67,24 +66,6 @@ __all__ = [
 ]
 
 GEOPACKAGE_LAYER = "detections"
-# suffix -> OGR driver ("Parquet" is written by geopandas.to_parquet, as GeoParquet, with pyarrow)
-VECTOR_FORMATS = {
-    ".gpkg": "GPKG",
-    ".geojson": "GeoJSON",
-    ".shp": "ESRI Shapefile",
-    ".parquet": "Parquet",
-    ".fgb": "FlatGeobuf",
-}
-# `--format` names -> file suffixes; "cog" is a Cloud-Optimised GeoTIFF of the labels.
-FORMAT_SUFFIXES = {
-    "gpkg": ".gpkg",
-    "geojson": ".geojson",
-    "shp": ".shp",
-    "parquet": ".parquet",
-    "fgb": ".fgb",
-    "tif": ".tif",
-    "cog": ".tif",
-}
 # A Shapefile's field names hold at most 10 characters: ours get these names there.
 SHAPEFILE_FIELDS = {
     "prompt_kind": "prompt",
@@ -92,7 +73,6 @@ SHAPEFILE_FIELDS = {
     "checkpoint": "checkpt",
 }
 _SHAPEFILE_SIDECARS = (".shp", ".shx", ".dbf", ".prj", ".cpg")
-_GEOTIFF_SUFFIXES = (".tif", ".tiff")
 # Columns to_geodataframe derives itself; a DataFrame column of the same name would be ambiguous.
 _COMPUTED = ("label_id", "area_px", "area_m2", "geometry")
 _NOT_ATTRIBUTES = {"box", "mask", "score", "keyword", "prompt_kind", "source", "tile", *_COMPUTED}
@@ -358,11 +338,12 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in VECTOR_FORMATS:
+        supported = ", ".join(
+            f"{f.suffix} ({f.label})" for f in OUTPUT_FORMATS.values() if f.vector
+        )
         raise ValueError(
             f"cannot write vectors to {path.name!r}: unsupported extension "
-            f"{suffix or '(none)'}; supported: .gpkg (GeoPackage, layer {GEOPACKAGE_LAYER!r}), "
-            ".geojson (GeoJSON in EPSG:4326), .shp (Shapefile), .parquet (GeoParquet) and "
-            ".fgb (FlatGeobuf)."
+            f"{suffix or '(none)'}; supported: {supported}."
         )
     if not isinstance(gdf, gpd.GeoDataFrame):
         raise TypeError(
@@ -467,9 +448,10 @@ def write_labels_geotiff(
         FileExistsError: ``path`` exists and ``overwrite`` is False.
     """
     path = Path(path)
-    if path.suffix.lower() not in _GEOTIFF_SUFFIXES:
+    if path.suffix.lower() not in LABEL_SUFFIXES:
         raise ValueError(
-            f"write_labels_geotiff writes GeoTIFF; name the file .tif or .tiff, got {path.name!r}."
+            f"write_labels_geotiff writes GeoTIFF; name the file {' or '.join(LABEL_SUFFIXES)}, "
+            f"got {path.name!r}."
         )
     compress = str(compress).lower()
     if compress not in ("deflate", "lzw"):

@@ -9,10 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from napari_sam3.core.formats import NAPARI_VECTOR_INPUTS
 from napari_sam3.plugin.georef import crs_text
 from napari_sam3.plugin.reader import METADATA_VERSION, SAM3_KEY, WORLD_CONVENTION, LayerData
-
-VECTOR_SUFFIXES = (".gpkg", ".shp", ".geojson", ".fgb", ".parquet")
 
 
 def get_vector_reader(path: str | Sequence[str]) -> Callable[[Any], list[LayerData]] | None:
@@ -20,7 +19,7 @@ def get_vector_reader(path: str | Sequence[str]) -> Callable[[Any], list[LayerDa
     Points layer, in map units (the world convention above), so they line up with rasters of
     the same CRS and can be used as exemplar (or click) layers."""
     paths = [path] if isinstance(path, str | os.PathLike) else list(path)
-    if len(paths) != 1 or Path(paths[0]).suffix.lower() not in VECTOR_SUFFIXES:
+    if len(paths) != 1 or Path(paths[0]).suffix.lower() not in NAPARI_VECTOR_INPUTS:
         return None
     return _read_vectors_or_notify
 

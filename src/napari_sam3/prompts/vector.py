@@ -26,10 +26,10 @@ import pyproj
 from rasterio.transform import Affine
 
 from napari_sam3.core.errors import RefusedError
+from napari_sam3.core.formats import read_vector_file
 from napari_sam3.imagery.raster import Raster, RasterInfo, raster_info
 
 __all__ = [
-    "VECTOR_SUFFIXES",
     "VectorPrompt",
     "exemplar_boxes",
     "interactive_points",
@@ -37,7 +37,6 @@ __all__ = [
     "source_name",
 ]
 
-VECTOR_SUFFIXES = (".gpkg", ".shp", ".geojson", ".json", ".parquet", ".fgb")
 _POLYGONS = {"Polygon", "MultiPolygon"}
 _POINTS = {"Point", "MultiPoint"}
 _POSITIVE = {"1", "true", "yes", "positive", "pos", "+", "t", "y"}
@@ -76,10 +75,7 @@ def read_vectors(source: Any, crs: Any = None) -> gpd.GeoDataFrame:
         if not path.exists():
             raise FileNotFoundError(f"vector file {path} does not exist")
         try:
-            if path.suffix.lower() == ".parquet":
-                gdf = gpd.read_parquet(path)
-            else:
-                gdf = gpd.read_file(path, engine="pyogrio")
+            gdf = read_vector_file(path)
         except Exception as exc:  # pyogrio, pyarrow and GDAL raise many kinds
             raise ValueError(
                 f"cannot read vector file {path}: {type(exc).__name__}: {exc}. Give a valid "

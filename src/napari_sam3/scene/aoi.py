@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.formats import VECTOR_INPUTS, read_vector_file
 from napari_sam3.imagery.raster import RasterInfo
 from napari_sam3.scene.tiles import Tile
 
@@ -160,14 +161,7 @@ def _bounds(aoi: Any, info: RasterInfo) -> tuple[tuple[float, float, float, floa
 
 
 def _is_file(text: str) -> bool:
-    return os.path.exists(text) or Path(text).suffix.lower() in (
-        ".gpkg",
-        ".shp",
-        ".geojson",
-        ".json",
-        ".fgb",
-        ".parquet",
-    )
+    return os.path.exists(text) or Path(text).suffix.lower() in VECTOR_INPUTS
 
 
 def _vector(aoi: Any):
@@ -181,9 +175,7 @@ def _vector(aoi: Any):
         if not path.is_file():
             raise AoiError(f"area of interest {path}: no such file")
         try:
-            if path.suffix.lower() == ".parquet":
-                return gpd.read_parquet(path), path.name
-            return gpd.read_file(path), path.name
+            return read_vector_file(path), path.name
         except Exception as error:  # any reader failure: named, with what to do
             raise AoiError(f"cannot read the area of interest {path.name}: {error}") from None
     raise AoiError(

@@ -132,7 +132,7 @@ def segment_one(
 
 def plan_targets(paths: Sequence[Path], out: Path, fmt: str) -> dict[Path, Path]:
     """``out/<stem>.<fmt>`` for every scene; refuses two scenes that would write one file."""
-    from napari_sam3.gis.vector import FORMAT_SUFFIXES
+    from napari_sam3.core.formats import FORMAT_SUFFIXES
 
     targets = {Path(p): out / f"{Path(p).stem}{FORMAT_SUFFIXES[fmt]}" for p in paths}
     if len(set(targets.values())) < len(targets):
@@ -300,7 +300,7 @@ def segment_scenes(
             "spec must be a napari_sam3.client.connection.ConnectionSpec (picklable: every worker "
             f"connects with it), got {type(spec).__name__}"
         )
-    from napari_sam3.gis.vector import FORMAT_SUFFIXES
+    from napari_sam3.core.formats import FORMAT_SUFFIXES
 
     if fmt not in FORMAT_SUFFIXES:
         raise ValueError(f"fmt must be one of {', '.join(FORMAT_SUFFIXES)}, got {fmt!r}")

@@ -183,14 +183,16 @@ def write_scene(
 ) -> Path:
     """Write a :func:`segment_scene` result, atomically, by the file's extension.
 
-    ``.gpkg`` / ``.geojson`` / ``.shp`` / ``.parquet`` / ``.fgb``: polygons (:func:`scene_geodataframe`, then
-    :func:`~napari_sam3.gis.vector.write_vector`). ``.tif`` / ``.tiff``: an int32 label GeoTIFF on the
+    A vector suffix of :data:`~napari_sam3.core.formats.VECTOR_FORMATS`: polygons
+    (:func:`scene_geodataframe`, then :func:`~napari_sam3.gis.vector.write_vector`). ``.tif`` /
+    ``.tiff``: an int32 label GeoTIFF on the
     source's grid (:func:`scene_labels`, then :func:`~napari_sam3.gis.vector.write_labels_geotiff`;
     the label image takes rows x cols x 4 bytes; ``cog``: a Cloud-Optimised GeoTIFF). An
     existing file is refused unless ``overwrite``. ``postprocess``: a
     :class:`~napari_sam3.gis.post.PostProcess` applied to the polygons (vector formats only).
     """
-    from napari_sam3.gis.vector import VECTOR_FORMATS, write_labels_geotiff, write_vector
+    from napari_sam3.core.formats import LABEL_SUFFIXES, VECTOR_FORMATS
+    from napari_sam3.gis.vector import write_labels_geotiff, write_vector
 
     path = Path(path)
     suffix = path.suffix.lower()
@@ -205,12 +207,12 @@ def write_scene(
 
             gdf = apply(gdf, postprocess)
         return write_vector(gdf, path, overwrite=overwrite)
-    if suffix in (".tif", ".tiff"):
+    if suffix in LABEL_SUFFIXES:
         info = _scene_info(df, raster)
         labels = scene_labels(df, (info.rows, info.cols))
         with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
             return write_labels_geotiff(labels, path, info, overwrite=overwrite, cog=cog)
     raise ValueError(
-        f"cannot write {path.name!r}: use {', '.join(VECTOR_FORMATS)} (polygons) or .tif "
-        "(label raster)"
+        f"cannot write {path.name!r}: use {', '.join(VECTOR_FORMATS)} (polygons) or "
+        f"{', '.join(LABEL_SUFFIXES)} (label raster)"
     )

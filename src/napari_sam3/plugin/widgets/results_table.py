@@ -3,9 +3,9 @@
 One row per object (its layer's ``features``): sort by any column, click a row to select the
 object and zoom to it, delete the rejected ones (their pixels go, through the layer's undo
 history), merge the kept ones into the analyst's labels layer (new ids, never over existing
-labels unless asked, one undo step in that layer), export all or the selected rows to
-GeoPackage / Shapefile / GeoJSON with their attributes (`napari_sam3.gis.vector`). A result whose image
-layer was deleted stays listed, and its Image column says so.
+labels unless asked, one undo step in that layer), export all or the selected rows to any
+vector format of `napari_sam3.core.formats` with their attributes (`napari_sam3.gis.vector`). A
+result whose image layer was deleted stays listed, and its Image column says so.
 
 The table logic that is not Qt (which pixels, which ids, which rows) is in plain functions here,
 usable from a notebook with a viewer.
@@ -21,12 +21,13 @@ import pandas as pd
 from magicgui.widgets import CheckBox, Container, Label, PushButton
 from napari.layers import Labels
 
+from napari_sam3.core.formats import vector_file_filter
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import layer_combo, notify_error, row
 
 COLUMNS = ("layer", "index", "keyword", "score", "area", "prompt_kind", "source", "image")
 HEADERS = ("Layer", "Label", "Keyword", "Score", "Area (px)", "Prompt", "Source", "Image")
-EXPORT_FILTER = "GeoPackage (*.gpkg);;Shapefile (*.shp);;GeoJSON (*.geojson)"
+EXPORT_FILTER = vector_file_filter()  # every vector format the writer writes
 
 
 def is_result(layer) -> bool:
