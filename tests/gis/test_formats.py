@@ -13,6 +13,7 @@ import pytest
 import rasterio
 from rasterio.enums import Compression
 
+from napari_sam3.core.formats import VECTOR_FORMATS
 from napari_sam3.gis import vector as gis
 from napari_sam3.gis.coco import to_coco, write_coco
 from napari_sam3.scene import scene_geodataframe, scene_labels, write_scene
@@ -31,7 +32,7 @@ PROVENANCE = [
 
 
 @pytest.mark.timeout(1500)  # the first model test of a session pays the shared export
-@pytest.mark.parametrize("suffix", [".gpkg", ".shp", ".parquet", ".fgb", ".geojson"])
+@pytest.mark.parametrize("suffix", list(VECTOR_FORMATS))
 def test_vector_formats_read_back(tmp_path, suffix, scene_result, s2_scene_tif, local_client):
     path = write_scene(scene_result, tmp_path / f"out{suffix}", s2_scene_tif)
     expected = scene_geodataframe(scene_result, s2_scene_tif)
