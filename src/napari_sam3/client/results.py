@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from napari_sam3.core.columns import RESULT_COLUMNS
 from napari_sam3.imagery.letterbox import Letterbox
 from napari_sam3.masks.dedup import dedup_masks
 from napari_sam3.masks.protocol import Crop, LazyMask, tight_crop
 from napari_sam3.masks.rle import RleMask, RleMasks, as_rle_masks
-
-RESULT_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind"]
 
 
 class FrameMask(LazyMask):

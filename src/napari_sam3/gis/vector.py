@@ -47,6 +47,7 @@ from rasterio.shutil import copy as rio_copy
 from rasterio.transform import Affine
 from shapely.geometry import MultiPolygon, shape
 
+from napari_sam3.core.columns import POLYGON_COLUMNS, SCENE_COLUMNS
 from napari_sam3.core.files import atomic_path
 from napari_sam3.core.formats import LABEL_SUFFIXES, OUTPUT_FORMATS, VECTOR_FORMATS
 from napari_sam3.gis.overlay import overlay_image, overlay_png
@@ -74,8 +75,8 @@ SHAPEFILE_FIELDS = {
 }
 _SHAPEFILE_SIDECARS = (".shp", ".shx", ".dbf", ".prj", ".cpg")
 # Columns to_geodataframe derives itself; a DataFrame column of the same name would be ambiguous.
-_COMPUTED = ("label_id", "area_px", "area_m2", "geometry")
-_NOT_ATTRIBUTES = {"box", "mask", "score", "keyword", "prompt_kind", "source", "tile", *_COMPUTED}
+_COMPUTED = (*(c for c in POLYGON_COLUMNS if c not in SCENE_COLUMNS), "geometry")
+_NOT_ATTRIBUTES = {"box", "mask", *POLYGON_COLUMNS, *_COMPUTED}
 _SCALARS = (str, int, float, bool, np.generic, datetime.date, type(None))
 
 RasterLike = Raster | RasterInfo | str | os.PathLike

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_sam3.core.columns import RESULT_COLUMNS
 from napari_sam3.masks.protocol import Crop, LazyMask
 from napari_sam3.masks.rle import RleMask
 from napari_sam3.plugin.georef import georeferencing, transform_from_layer
@@ -68,8 +69,7 @@ def labels_frame(labels: np.ndarray, features=None):
                 "prompt_kind": str(info.get("prompt_kind", "") or ""),
             }
         )
-    columns = ["label", "box", "score", "mask", "keyword", "prompt_kind"]
-    frame = pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=["label", *RESULT_COLUMNS])
     frame["score"] = frame["score"].astype(np.float32)
     return frame
 

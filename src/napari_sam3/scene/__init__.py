@@ -45,11 +45,12 @@ lose their invalid pixels.
 
 from __future__ import annotations
 
+from napari_sam3.core.columns import SCENE_COLUMNS
 from napari_sam3.scene.aoi import Bbox
 from napari_sam3.scene.driver import SceneOutcome, segment_to_file, segment_with_provenance
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.output import scene_geodataframe, scene_labels, write_scene
-from napari_sam3.scene.run import PHASES, SCENE_COLUMNS, default_in_flight, segment_scene
+from napari_sam3.scene.run import PHASES, default_in_flight, segment_scene
 from napari_sam3.scene.settings import SceneSettings
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, tile_grid
 

@@ -21,6 +21,7 @@ from dask.utils import format_bytes
 from napari_sam3.client.results import empty_result
 from napari_sam3.client.sam3 import run_query
 from napari_sam3.core import validate
+from napari_sam3.core.columns import SCENE_COLUMNS
 from napari_sam3.imagery.raster import (
     BandKey,
     RasterInfo,
@@ -45,23 +46,12 @@ from napari_sam3.scene.settings import SceneSettings
 from napari_sam3.scene.tiles import GDAL_CACHE_BYTES, Tile, tile_grid
 from napari_sam3.scene.view import SceneView, as_read, scene_view
 
-__all__ = ["PHASES", "SCENE_COLUMNS", "default_in_flight", "segment_scene"]
+__all__ = ["PHASES", "default_in_flight", "segment_scene"]
 
 PathLike = str | os.PathLike
 Source = PathLike | Sequence[PathLike]
 Progress = bool | Callable[[int, int], Any] | None
 
-SCENE_COLUMNS = [
-    "box",
-    "score",
-    "mask",
-    "keyword",
-    "prompt_kind",
-    "tile",
-    "merged",
-    "source",
-    "gsd",
-]
 PHASES = ("read", "stretch", "model", "wait", "merge")
 # Tiles read and stretched ahead of the model (each one tile of image in memory).
 _READ_AHEAD = 2

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from napari_sam3.core.columns import FEATURE_COLUMNS
 from napari_sam3.imagery.bands import parse_bands, resolve_bands
 from napari_sam3.plugin.georef import crop_metadata
 from napari_sam3.plugin.reader import METADATA_VERSION, SAM3_KEY
 
-FEATURE_COLUMNS = ["index", "score", "keyword", "prompt_kind", "area", "source"]
 POSITIVE = "positive"  # the bool feature telling positive from negative boxes and clicks
 
 
@@ -501,7 +501,8 @@ def results_to_labels(frame: pd.DataFrame, shape: tuple[int, int], source: str =
             else [""] * n,
             "area": area,
             "source": [source] * n,
-        }
+        },
+        columns=FEATURE_COLUMNS,
     )
     return labels, features
 

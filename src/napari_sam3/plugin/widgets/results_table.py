@@ -21,12 +21,23 @@ import pandas as pd
 from magicgui.widgets import CheckBox, Container, Label, PushButton
 from napari.layers import Labels
 
+from napari_sam3.core.columns import FEATURE_COLUMNS
 from napari_sam3.core.formats import vector_file_filter
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import layer_combo, notify_error, row
 
-COLUMNS = ("layer", "index", "keyword", "score", "area", "prompt_kind", "source", "image")
-HEADERS = ("Layer", "Label", "Keyword", "Score", "Area (px)", "Prompt", "Source", "Image")
+COLUMNS = ("layer", *FEATURE_COLUMNS, "image")
+_HEADERS = {
+    "layer": "Layer",
+    "index": "Label",
+    "keyword": "Keyword",
+    "score": "Score",
+    "area": "Area (px)",
+    "prompt_kind": "Prompt",
+    "source": "Source",
+    "image": "Image",
+}
+HEADERS = tuple(_HEADERS[c] for c in COLUMNS)
 EXPORT_FILTER = vector_file_filter()  # every vector format the writer writes
 
 
