@@ -59,6 +59,7 @@ def _widget(viewer):
 
 
 def test_scene_widget_matches_segment_scene(scene_viewer, connected, scene_file, ui):
+    from napari_sam3.core.columns import FEATURE_COLUMNS
     from napari_sam3.scene import scene_labels, segment_scene, tile_grid
 
     viewer = scene_viewer
@@ -92,15 +93,7 @@ def test_scene_widget_matches_segment_scene(scene_viewer, connected, scene_file,
     np.testing.assert_array_equal(layer.data, scene_labels(frame))
     assert ui.label_ids(layer) <= set(range(1, len(frame) + 1))
     features = layer.features
-    assert list(features.columns) == [
-        "index",
-        "score",
-        "keyword",
-        "prompt_kind",
-        "area",
-        "source",
-        "tile",
-    ]
+    assert list(features.columns) == [*FEATURE_COLUMNS, "tile"]  # the layer builder's, + tile
     np.testing.assert_allclose(features["score"], frame["score"], rtol=1e-6)
     assert features["tile"].tolist() == frame["tile"].tolist()
     assert set(features["keyword"]) == {"building"} and set(features["prompt_kind"]) == {"text"}
