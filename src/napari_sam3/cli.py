@@ -1,7 +1,8 @@
 """`napari-sam3`: the command line (segment rasters, run the demo, show a repository).
 
-Exit codes: 0 success, 1 a bad input or failed run (the message says what to do), 2 bad usage,
-130 interrupted (Ctrl-C: nothing partial is written).
+Exit codes (core/errors.py): 0 success, 1 a failed run, 2 refused before anything ran (bad usage
+or input, a missing file), 130 interrupted (Ctrl-C: nothing partial is written); the message says
+what to do.
 `segment` over several rasters: 0 every raster written, 1 some rasters failed (the others are
 written and a summary names the failures), 2 nothing could run (bad usage, no model, an output
 that exists without --overwrite, an output that is one of the inputs).

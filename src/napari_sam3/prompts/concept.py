@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from napari_sam3.core import contract, validate
+from napari_sam3.core.errors import BadData, InvalidInput
 from napari_sam3.core.files import read_small_file
 
 FORMAT = "napari-sam3/concept"
@@ -164,13 +165,13 @@ class Concept:
 # reading
 
 
-class _Refused(ValueError):
+class _BadConceptFile(BadData):
     """A concept file found malformed (a ValueError naming the file and the problem)."""
 
 
 def _read(data: bytes, source: str, manifest: contract.Manifest | None) -> Concept:
     def bad(problem: str) -> ValueError:
-        return _Refused(f"{source}: not a usable napari-sam3 concept file ({problem})")
+        return _BadConceptFile(f"{source}: not a usable napari-sam3 concept file ({problem})")
 
     if not data:
         raise bad("the file is empty")
@@ -273,7 +274,7 @@ def _read_entry(
             if nbytes > max_bytes:
                 raise bad(f"entry {name} claims {nbytes:,} bytes, over the {max_bytes:,} allowed")
             raw = stream.read(nbytes + 1)
-    except _Refused:
+    except _BadConceptFile:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as error:
         raise bad(f"entry {name} is not a readable array: {error}") from None
@@ -285,7 +286,7 @@ def _read_entry(
 
 def _check_array(where, name, dtype, shape, expected, bad=None) -> None:
     def fail(problem: str) -> ValueError:
-        return bad(problem) if bad is not None else ValueError(f"{where}: {problem}")
+        return bad(problem) if bad is not None else InvalidInput(f"{where}: {problem}")
 
     want = _DTYPES.get(name)
     if want is not None and np.dtype(dtype) != want:

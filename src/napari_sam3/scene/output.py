@@ -14,7 +14,7 @@ import pandas as pd
 import rasterio
 from rasterio.transform import Affine
 
-from napari_sam3.core.errors import RefusedError
+from napari_sam3.core.errors import OutputExists
 from napari_sam3.imagery.raster import RasterInfo, raster_info
 from napari_sam3.imagery.stac import is_stac
 from napari_sam3.masks.paint import paint_frame
@@ -33,7 +33,7 @@ _GROUP = 32
 _CELL = 512
 
 
-class OutputIsInput(RefusedError, FileExistsError):
+class OutputIsInput(OutputExists):
     """An output path that is one of the run's inputs: never written, whatever overwrite says."""
 
 

@@ -19,6 +19,7 @@ from napari.components import ViewerModel
 from napari.layers import Labels, Points, Shapes
 from napari.utils.events import Event
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.plugin.georef import crop_metadata
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import (
@@ -243,7 +244,7 @@ class InteractiveWidget(Sam3Widget):
         plugin's own layers of those names when the viewer has them (never a second set)."""
         image = self.image.value
         if image is None:
-            self.status.value = notify_error("New prompt layers", ValueError("choose an image"))
+            self.status.value = notify_error("New prompt layers", InvalidInput("choose an image"))
             return
         place = _layers.placement(image)
         clicks = self._own_layer(CLICKS_LAYER, Points, image)

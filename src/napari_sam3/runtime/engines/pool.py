@@ -29,6 +29,7 @@ import numpy as np
 
 from napari_sam3.client.connection import Timeouts
 from napari_sam3.core import contract
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.runtime.engines.model_config import ModelConfig, OutputNames, Outputs, Tensors
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,10 @@ def split_addresses(address: str | Sequence[str]) -> list[str]:
     return out
 
 
-class _OtherModel(ValueError):
+class _OtherModel(InvalidInput):
     """A server that serves another model than the pool."""
 
-    def __init__(self, message: str, model_id: str) -> None:
+    def __init__(self, message: str, model_id: str = "") -> None:
         super().__init__(message)
         self.model_id = model_id
 

@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from napari_sam3.client.connection import Timeouts
 from napari_sam3.core import validate
-from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.errors import ConnectionFailed, TimedOut
 from napari_sam3.core.files import read_pem
 from napari_sam3.runtime.engines.model_config import (
     ModelConfig,
@@ -44,7 +44,7 @@ TIMED_OUT = "StatusCode.DEADLINE_EXCEEDED"
 MAX_MESSAGE = 2**31 - 1  # as tritonclient's own default (images and masks can be large)
 
 
-class RequestTimeout(Sam3Error, ConnectionError, TimeoutError):
+class RequestTimeout(ConnectionFailed, TimedOut):
     """A request that did not finish within its time on a server that still answers."""
 
 
