@@ -34,6 +34,8 @@ from napari_sam3.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     InvalidInput,
+    MissingFile,
+    OutputExists,
     RefusedError,
     Sam3Error,
 )
@@ -84,13 +86,13 @@ def ensure_repository(
         # The manifest records the checkpoint's file name (None for random weights).
         if manifest.checkpoint == (checkpoint.name if checkpoint else None):
             return out
-        raise FileExistsError(
+        raise OutputExists(
             f"{out} holds another model ({'random weights' if manifest.random_weights else 'a checkpoint'}); "
             "remove it or choose another --models folder"
         )
     exporter = shutil.which("sam3-export") or str(Path(sys.executable).parent / "sam3-export")
     if not Path(exporter).exists():
-        raise FileNotFoundError(
+        raise MissingFile(
             "sam3-export is not installed: `pip install ./export` (it needs torch), "
             "or point --models at an exported repository"
         )
@@ -554,10 +556,10 @@ def _same_crs(gdf: Any, crs: Any, name: str) -> Any:
     """A layer in the merged layer's CRS (reprojected if need be)."""
     if crs is None or gdf.crs == crs:
         if gdf.crs is not None and crs is None:
-            raise ValueError(f"{name} has a CRS but the merged layer's first raster has none")
+            raise InvalidInput(f"{name} has a CRS but the merged layer's first raster has none")
         return gdf
     if gdf.crs is None:
-        raise ValueError(f"{name} has no CRS, so it cannot join a merged layer in {crs}")
+        raise InvalidInput(f"{name} has no CRS, so it cannot join a merged layer in {crs}")
     return gdf.to_crs(crs)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from napari_sam3.core.errors import BadData, MissingFile
+
 
 def read_small_file(
     path: str | os.PathLike, limit: int, what: str, error: type[Exception] = ValueError
@@ -17,7 +19,7 @@ def read_small_file(
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{what}: no file at {path}")
+        raise MissingFile(f"{what}: no file at {path}")
     if not path.is_file():
         raise error(f"{what}: {path} is not a file")
     size = path.stat().st_size
@@ -33,5 +35,5 @@ def read_pem(path: str | os.PathLike, what: str, marker: str = "-----BEGIN ") ->
     """A TLS certificate or key file: small, and holding `marker`."""
     data = read_small_file(path, MAX_PEM_BYTES, f"TLS {what}")
     if marker.encode("ascii") not in data:
-        raise ValueError(f"TLS {what}: {path} is not a PEM file (no {marker.strip('- ')} line)")
+        raise BadData(f"TLS {what}: {path} is not a PEM file (no {marker.strip('- ')} line)")
     return data

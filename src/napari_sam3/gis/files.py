@@ -9,12 +9,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from napari_sam3.core.errors import MissingFile, OutputExists
+
 
 def check_target(path: Path, overwrite: bool) -> None:
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; choose another name or pass overwrite=True")
+        raise OutputExists(f"{path} exists; choose another name or pass overwrite=True")
     if not path.parent.exists():
-        raise FileNotFoundError(f"folder {path.parent} does not exist")
+        raise MissingFile(f"folder {path.parent} does not exist")
 
 
 @contextlib.contextmanager
@@ -29,7 +31,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pa
     try:
         yield tmp_path
         if not overwrite and path.exists():
-            raise FileExistsError(f"{path} appeared while writing; not replacing it")
+            raise OutputExists(f"{path} appeared while writing; not replacing it")
         # The data reaches the disk before the new name does, and the name before we return:
         # a crash leaves the old file or the complete new one, never an empty one.
         _fsync(tmp_path)

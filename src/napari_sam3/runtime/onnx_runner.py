@@ -84,11 +84,11 @@ class GraphCompileError(RunFailed):
 
 def check_choice(runtime: str, precision: str) -> None:
     if runtime not in (*RUNTIMES, AUTO):
-        raise ValueError(
+        raise InvalidInput(
             f"unknown runtime {runtime!r}; choose one of {', '.join((*RUNTIMES, AUTO))}"
         )
     if precision not in (*PRECISIONS, AUTO):
-        raise ValueError(
+        raise InvalidInput(
             f"unknown precision {precision!r}; choose one of {', '.join((*PRECISIONS, AUTO))}"
         )
 
@@ -553,5 +553,5 @@ class Logic:
     def run(self, inputs: dict, call=None, outputs=None) -> dict:
         missing = sorted(set(self.inputs) - set(inputs))
         if missing:
-            raise ValueError(f"missing inputs: {', '.join(missing)}")
+            raise InvalidInput(f"missing inputs: {', '.join(missing)}")
         return self.runner.run({name: np.asarray(inputs[name]) for name in self.inputs})
