@@ -1,7 +1,8 @@
 """`napari-sam3`: the command line (segment rasters, run the demo, show a repository).
 
-Exit codes: 0 success, 1 a bad input or failed run (the message says what to do), 2 bad usage,
-130 interrupted (Ctrl-C: nothing partial is written).
+Exit codes (core/errors.py): 0 success, 1 a failed run, 2 refused before anything ran (bad usage
+or input, a missing file), 130 interrupted (Ctrl-C: nothing partial is written); the message says
+what to do.
 `segment` over several rasters: 0 every raster written, 1 some rasters failed (the others are
 written and a summary names the failures), 2 nothing could run (bad usage, no model, an output
 that exists without --overwrite, an output that is one of the inputs).
@@ -33,6 +34,8 @@ from napari_sam3.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     InvalidInput,
+    MissingFile,
+    OutputExists,
     RefusedError,
     Sam3Error,
 )
@@ -88,13 +91,13 @@ def ensure_repository(
         # The manifest records the checkpoint's file name (None for random weights).
         if manifest.checkpoint == (checkpoint.name if checkpoint else None):
             return out
-        raise FileExistsError(
+        raise OutputExists(
             f"{out} holds another model ({'random weights' if manifest.random_weights else 'a checkpoint'}); "
             "remove it or choose another --models folder"
         )
     exporter = shutil.which("sam3-export") or str(Path(sys.executable).parent / "sam3-export")
     if not Path(exporter).exists():
-        raise FileNotFoundError(
+        raise MissingFile(
             "sam3-export is not installed: `pip install ./export` (it needs torch), "
             "or point --models at an exported repository"
         )
@@ -556,10 +559,10 @@ def _same_crs(gdf: Any, crs: Any, name: str) -> Any:
     """A layer in the merged layer's CRS (reprojected if need be)."""
     if crs is None or gdf.crs == crs:
         if gdf.crs is not None and crs is None:
-            raise ValueError(f"{name} has a CRS but the merged layer's first raster has none")
+            raise InvalidInput(f"{name} has a CRS but the merged layer's first raster has none")
         return gdf
     if gdf.crs is None:
-        raise ValueError(f"{name} has no CRS, so it cannot join a merged layer in {crs}")
+        raise InvalidInput(f"{name} has no CRS, so it cannot join a merged layer in {crs}")
     return gdf.to_crs(crs)
 
 

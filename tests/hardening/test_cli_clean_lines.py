@@ -103,7 +103,7 @@ def test_workers_on_good_and_bad_rasters_print_one_line_per_failure(
     assert code == EXIT_FAILED
     assert sorted(p.name for p in out.glob("*.gpkg")) == ["good_a.gpkg", "good_b.gpkg"]
     err = captured.err
-    assert "FAILED" in err and "broken.tif: ValueError: cannot read" in err
+    assert "FAILED" in err and "broken.tif: BadData: cannot read" in err
     assert "one_pixel.tif: InvalidInput: raster one_pixel.tif is 1 x 1 px" in err
     assert "2 of 4 rasters segmented" in captured.out
     _no_traceback(captured.out + err)

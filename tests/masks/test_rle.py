@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import pickle
+import shutil
 import struct
 import sys
 import zlib
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import napari_sam3.masks.rle as rle_module
+from napari_sam3.core import errors
 from napari_sam3.masks import (
     RleMask,
     RleMasks,
@@ -476,29 +478,43 @@ def test_accepts_bytearray_and_memoryview() -> None:
 # ----------------------------------------------------------------------------- standalone file
 
 
-def test_rle_module_depends_only_on_numpy_and_stdlib() -> None:
-    """The export tool copies rle.py alone into the Triton model: it must import nothing else."""
+def test_rle_module_depends_only_on_numpy_stdlib_and_errors() -> None:
+    """The export tool copies rle.py, with core/errors.py, into the Triton model: it must import
+    nothing else (the package's errors inside napari_sam3, the copy of errors.py beside it)."""
     tree = ast.parse(Path(rle_module.__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
+            imported.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, "relative import in rle.py"
-            imported.add(node.module.split(".")[0])
-    allowed = set(sys.stdlib_module_names) | {"__future__", "numpy"}
-    assert imported <= allowed, imported - allowed
+            imported.add(node.module)
+    allowed = {"numpy", "errors", "napari_sam3.core.errors"}
+    outside = {
+        m for m in imported if m not in allowed and m.split(".")[0] not in sys.stdlib_module_names
+    }
+    assert not outside, outside
 
 
-def test_rle_file_works_when_loaded_on_its_own() -> None:
-    spec = importlib.util.spec_from_file_location("copied_rle", rle_module.__file__)
-    assert spec is not None and spec.loader is not None
-    copied = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(copied)
-    masks = _some_masks(seed=8)
-    payload = copied.encode_masks(masks)
-    assert payload == encode_masks(masks)
-    np.testing.assert_array_equal(copied.decode_masks(payload).to_dense(), masks)
+def test_rle_file_works_when_loaded_beside_errors_py(tmp_path, monkeypatch) -> None:
+    """As in a Triton model's folder: rle.py and errors.py, no napari_sam3 package."""
+    for module in (rle_module, errors):
+        shutil.copyfile(module.__file__, tmp_path / Path(module.__file__).name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "errors" not in sys.modules
+    try:
+        spec = importlib.util.spec_from_file_location("copied_rle", tmp_path / "rle.py")
+        assert spec is not None and spec.loader is not None
+        copied = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(copied)
+        masks = _some_masks(seed=8)
+        payload = copied.encode_masks(masks)
+        assert payload == encode_masks(masks)
+        np.testing.assert_array_equal(copied.decode_masks(payload).to_dense(), masks)
+        with pytest.raises(sys.modules["errors"].BadData, match="RLE payload truncated"):
+            copied.decode_masks(payload[:20])
+    finally:
+        sys.modules.pop("errors", None)
 
 
 # ----------------------------------------------------------------------------- the vectorised encoder

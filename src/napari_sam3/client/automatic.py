@@ -35,6 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 from napari_sam3.core import validate
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.masks import RleMasks, box_nms, dedup_masks
 from napari_sam3.runtime.postprocess import upsample_logits as upscale_logits
 
@@ -107,7 +108,7 @@ def generate_masks(
     size = validate.positive_int("image_size", image_size)
     rows, cols = (size, size) if valid_shape is None else (int(v) for v in valid_shape)
     if not (0 < rows <= size and 0 < cols <= size):
-        raise ValueError(f"valid_shape {valid_shape} must lie within the {size}x{size} input")
+        raise InvalidInput(f"valid_shape {valid_shape} must lie within the {size}x{size} input")
     batch = validate.positive_int("batch", batch)
     min_area = validate.integer("min_area", min_area, 0)
     validate.unit_interval("pred_iou_thresh", pred_iou_thresh)
@@ -191,7 +192,7 @@ def _decode(decode: Decode, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     iou = np.asarray(iou, np.float32)
     b = len(chunk)
     if low_res.ndim != 4 or low_res.shape[0] != b or iou.shape != low_res.shape[:2]:
-        raise ValueError(
+        raise InvalidInput(
             f"decode must return logits [{b}, K, m, m] and IoU [{b}, K] for {b} prompts, "
             f"got {low_res.shape} and {iou.shape}"
         )

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from napari_sam3.core import contract, validate
-from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.errors import BadData, Sam3Error
 from napari_sam3.masks.rle import RlePayload, as_rle_masks
 from napari_sam3.runtime.cached import ENCODED, HIT, MISS, image_key
 from napari_sam3.runtime.postprocess import DEFAULT_MASK_THR, DEFAULT_MAX_DET, DEFAULT_SCORE_THR
@@ -265,7 +265,7 @@ class FeatureCacheClient:
                 self._mark_sent(key)
                 missing = [n for n in outputs if n not in out]
                 if missing:
-                    raise ValueError(f"{contract.CACHED} answered without {', '.join(missing)}")
+                    raise BadData(f"{contract.CACHED} answered without {', '.join(missing)}")
                 return out, status
             if send_pixels:
                 break
@@ -273,7 +273,7 @@ class FeatureCacheClient:
                 self._sent.pop(key, None)
                 self.resent += 1
             send_pixels = True
-        raise ValueError(
+        raise BadData(
             f"{contract.CACHED} answered '{status}' to a request carrying the image: "
             "a wrong server answer"
         )
@@ -393,7 +393,7 @@ class FeatureCacheClient:
         # would be refused by a server restarted on a repository that lacks the output
         out = self.engine.infer(contract.CACHED, feed, [contract.CACHE_STATUS, contract.CACHE_INFO])
         if contract.CACHE_INFO not in out:
-            raise ValueError(f"{contract.CACHED} answered no {contract.CACHE_INFO}")
+            raise BadData(f"{contract.CACHED} answered no {contract.CACHE_INFO}")
         raw = np.asarray(out[contract.CACHE_INFO]).reshape(-1)[0]
         return out, json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
 
@@ -436,20 +436,18 @@ def _answered_model(out: dict) -> str | None:
         return None
     raw = np.asarray(out[contract.CACHE_MODEL_ID]).reshape(-1)
     if raw.size != 1:
-        raise ValueError(
-            f"{contract.CACHED} answered {raw.size} values of {contract.CACHE_MODEL_ID}"
-        )
+        raise BadData(f"{contract.CACHED} answered {raw.size} values of {contract.CACHE_MODEL_ID}")
     value = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
     return value or None
 
 
 def _status(out: dict) -> str:
     if contract.CACHE_STATUS not in out:
-        raise ValueError(f"{contract.CACHED} answered no {contract.CACHE_STATUS}")
+        raise BadData(f"{contract.CACHED} answered no {contract.CACHE_STATUS}")
     raw = np.asarray(out[contract.CACHE_STATUS]).reshape(-1)[0]
     status = raw.decode() if isinstance(raw, bytes) else str(raw)
     if status not in (HIT, ENCODED, MISS):
-        raise ValueError(f"{contract.CACHED} answered an unknown cache status {status[:40]!r}")
+        raise BadData(f"{contract.CACHED} answered an unknown cache status {status[:40]!r}")
     return status
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from napari_sam3.core import validate
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.runtime.engines.settings import (
     DEADLINE_FACTOR,
     DEFAULT_CONNECT_TIMEOUT,
@@ -95,7 +96,7 @@ def check_embedded(
     try:
         check_choice(runtime, precision)
     except ValueError as error:
-        raise ValueError(f"{error} ({OPTIONS['runtime']}, {OPTIONS['precision']})") from None
+        raise InvalidInput(f"{error} ({OPTIONS['runtime']}, {OPTIONS['precision']})") from None
     validate.integer(_named("threads"), threads, 0, 1024)
     if cache_bytes is not None:
         validate.positive_int(_named("cache_bytes"), cache_bytes, _MAX_CACHE_BYTES)
@@ -144,38 +145,38 @@ class ConnectionSpec:
         if isinstance(servers, str):
             servers = servers.split(",")
         if not isinstance(servers, list | tuple) or not all(isinstance(s, str) for s in servers):
-            raise ValueError(
+            raise InvalidInput(
                 f"servers are Triton addresses such as 'host:8001', got {self.servers!r}"
             )
         servers = tuple(dict.fromkeys(s.strip() for s in servers if s.strip()))
         set_(self, "servers", servers)
         if self.repository is not None and not isinstance(self.repository, str | os.PathLike):
-            raise ValueError(f"repository must be a folder name, got {self.repository!r}")
+            raise InvalidInput(f"repository must be a folder name, got {self.repository!r}")
         if self.repository is not None and not str(self.repository).strip():
             set_(self, "repository", None)
         if (self.repository is None) == (not servers):
-            raise ValueError(
+            raise InvalidInput(
                 "a connection needs a model repository folder (--models, run in-process) or "
                 "Triton server addresses (--server host:8001), not both and not neither"
             )
         if self.repository is not None:
             set_(self, "repository", _absolute(self.repository))
         if not isinstance(self.tls, bool):
-            raise ValueError(f"tls must be True or False, got {self.tls!r}")
+            raise InvalidInput(f"tls must be True or False, got {self.tls!r}")
         for name in ("root_certificates", "private_key", "certificate_chain"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str | os.PathLike):
-                raise ValueError(f"{_named(name)} must be a PEM file name, got {value!r}")
+                raise InvalidInput(f"{_named(name)} must be a PEM file name, got {value!r}")
             set_(self, name, _absolute(value) if value is not None and str(value) else None)
         if not self.tls and any(
             getattr(self, n) for n in ("root_certificates", "private_key", "certificate_chain")
         ):
-            raise ValueError(
+            raise InvalidInput(
                 "certificate files are for TLS: --tls-root-cert, --tls-client-cert and "
                 "--tls-client-key need --tls (tls=True)"
             )
         if (self.private_key is None) != (self.certificate_chain is None):
-            raise ValueError(
+            raise InvalidInput(
                 "mutual TLS needs the client's certificate and its key together: give "
                 "--tls-client-cert (certificate_chain) and --tls-client-key (private_key), "
                 "or neither"
@@ -189,14 +190,14 @@ class ConnectionSpec:
         if servers:
             given = [n for n in _EMBEDDED_ONLY if getattr(self, n) != _DEFAULTS[n]]
             if given:
-                raise ValueError(
+                raise InvalidInput(
                     f"{', '.join(map(_named, given))}: for the embedded engine (--models) only; "
                     "a Triton server chooses its own"
                 )
         else:
             given = [n for n in _TRITON_ONLY if getattr(self, n) != _DEFAULTS[n]]
             if given:
-                raise ValueError(
+                raise InvalidInput(
                     f"{', '.join(map(_named, given))}: for Triton servers (--server) only; the "
                     "embedded engine runs in this process"
                 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from napari_sam3.client.cache import ModelSwitched
+from napari_sam3.core.errors import InvalidInput
 
 _KEEP = object()
 REFILTER_OPTIONS = ("score_thr", "mask_thr", "max_det", "dedup")
@@ -82,7 +83,7 @@ class ImageHandle:
         the last result (a remote server restarted on another repository).
         """
         if self._last is None:
-            raise ValueError("nothing to re-filter: run segment() or multi() on this image first")
+            raise InvalidInput("nothing to re-filter: run segment() or multi() on this image first")
         method, args, kwargs = self._last
         changed = {
             name: value

@@ -15,6 +15,7 @@ import pandas as pd
 from napari_sam3.client.cache import ModelSwitched
 from napari_sam3.client.results import FrameMask, decode_answer
 from napari_sam3.core import contract
+from napari_sam3.core.errors import BadData, InvalidInput
 from napari_sam3.masks.rle import RleMasks
 from napari_sam3.runtime.postprocess import INTERACTIVE_CUT, threshold_boxes, threshold_masks
 
@@ -81,17 +82,17 @@ class InteractiveSession:
     def add_point(self, xy, positive: bool = True) -> pd.DataFrame:
         """A click at (x, y) in the image's pixels; positive adds, negative removes."""
         if not isinstance(positive, bool | np.bool_):
-            raise ValueError(f"positive must be True (add) or False (remove), got {positive!r}")
+            raise InvalidInput(f"positive must be True (add) or False (remove), got {positive!r}")
         point = np.asarray(xy, dtype=np.float64).reshape(-1)
         if point.shape != (2,) or not np.isfinite(point).all():
-            raise ValueError(f"a point is (x, y) in pixels, got {xy!r}")
+            raise InvalidInput(f"a point is (x, y) in pixels, got {xy!r}")
         rows, cols = self.letterbox.image_shape
         if not (0 <= point[0] < cols and 0 <= point[1] < rows):
-            raise ValueError(
+            raise InvalidInput(
                 f"point ({point[0]:g}, {point[1]:g}) lies outside the {cols}x{rows} image"
             )
         if len(self._state.points) >= self.manifest.pvs_points:
-            raise ValueError(f"at most {self.manifest.pvs_points} points per object")
+            raise InvalidInput(f"at most {self.manifest.pvs_points} points per object")
         model_xy = self.letterbox.points_to_model(point[None])[0]
         state = replace(
             self._state,
@@ -105,9 +106,9 @@ class InteractiveSession:
         """A box [x1, y1, x2, y2] in the image's pixels (replaces the previous box)."""
         array = np.asarray(box, dtype=np.float64).reshape(-1)
         if array.shape != (4,) or not np.isfinite(array).all():
-            raise ValueError(f"a box is [x1, y1, x2, y2] in pixels, got {box!r}")
+            raise InvalidInput(f"a box is [x1, y1, x2, y2] in pixels, got {box!r}")
         if array[2] <= array[0] or array[3] <= array[1]:
-            raise ValueError(
+            raise InvalidInput(
                 f"box {array.tolist()} is inverted or has zero area (need x2>x1, y2>y1)"
             )
         model_box = self.letterbox.boxes_to_model(array[None])[0]
@@ -121,22 +122,22 @@ class InteractiveSession:
         """
         mask = np.asarray(mask)
         if mask.shape != tuple(self.letterbox.image_shape):
-            raise ValueError(
+            raise InvalidInput(
                 f"the seed mask must have the image's shape {tuple(self.letterbox.image_shape)}, "
                 f"got {mask.shape}"
             )
         if mask.dtype != np.bool_:
             if mask.dtype.kind not in "iuf":
-                raise ValueError(f"the seed mask must be boolean, got dtype {mask.dtype}")
+                raise InvalidInput(f"the seed mask must be boolean, got dtype {mask.dtype}")
             if not np.isin(mask, (0, 1)).all():
-                raise ValueError(
+                raise InvalidInput(
                     f"the seed mask holds values other than 0 and 1 (dtype {mask.dtype}, "
                     f"range {np.nanmin(mask):g}..{np.nanmax(mask):g}); pass a boolean mask, "
                     "e.g. `probabilities > 0.5` or `labels == 3`"
                 )
         mask = mask.astype(bool)
         if not mask.any():
-            raise ValueError("the seed mask is empty: paint at least one pixel")
+            raise InvalidInput("the seed mask is empty: paint at least one pixel")
         model_mask = self.letterbox.mask_to_model(mask)
         size = self.manifest.pvs_mask_input_size
         low = _area_resize(model_mask.astype(np.float32), size)
@@ -146,7 +147,7 @@ class InteractiveSession:
     def undo(self) -> pd.DataFrame | None:
         """Back to the result before the last prompt (None when no prompt is left)."""
         if not self._history:
-            raise ValueError("nothing to undo")
+            raise InvalidInput("nothing to undo")
         self._state, self.result = self._history.pop()
         return self.result
 
@@ -189,7 +190,7 @@ class InteractiveSession:
         iou = np.asarray(out[contract.PVS_IOU], np.float32).reshape(-1)
         low_res = np.asarray(out[contract.PVS_LOW_RES], np.float32)[0]  # [3, m, m]
         if len(low_res) != len(iou):
-            raise ValueError(
+            raise BadData(
                 f"server answered {len(iou)} scores and {len(low_res)} low-res masks for one "
                 "interactive prompt"
             )
@@ -210,7 +211,7 @@ class InteractiveSession:
         candidates = self.manifest.graph_io(contract.PVS_DECODER).output(contract.PVS_DECODER_MASKS)
         masks = decode_answer(payload, self.client.image_size, candidates.shape[1])
         if len(masks) != count:
-            raise ValueError(
+            raise BadData(
                 f"server answered {count} scores but {len(masks)} masks for one interactive prompt"
             )
         framed = [FrameMask(masks.mask(i), self.letterbox) for i in order]

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import linear_sum_assignment
 
+from napari_sam3.core.errors import InvalidInput
+
 
 def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
     union = np.logical_or(a, b).sum()
@@ -29,9 +31,9 @@ def compare_detections(
     over masks of at least `min_area` pixels on either side, and how many of `ref`'s top-k by
     score are in `got`'s top-k."""
     if len(ref) != len(got):
-        raise ValueError(f"the results differ in length ({len(ref)} vs {len(got)} detections)")
+        raise InvalidInput(f"the results differ in length ({len(ref)} vs {len(got)} detections)")
     if len(ref) == 0:
-        raise ValueError("nothing to compare: no detections")
+        raise InvalidInput("nothing to compare: no detections")
     ref_boxes, got_boxes = np.stack(ref["box"]), np.stack(got["box"])
     cost = np.abs(ref_boxes[:, None] - got_boxes[None]).sum(-1)
     rows, cols = linear_sum_assignment(cost)

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from napari_sam3.core.columns import RESULT_COLUMNS
+from napari_sam3.core.errors import BadData, InvalidInput
 from napari_sam3.imagery.letterbox import Letterbox
 from napari_sam3.masks.dedup import dedup_masks
 from napari_sam3.masks.protocol import Crop, LazyMask, tight_crop
@@ -22,7 +23,7 @@ class FrameMask(LazyMask):
 
     def __init__(self, rle: RleMask | None, letterbox: Letterbox, make=None) -> None:
         if (rle is None) == (make is None):
-            raise ValueError("a FrameMask needs its model-space mask or a way to make it")
+            raise InvalidInput("a FrameMask needs its model-space mask or a way to make it")
         self._rle = rle
         self._make = make
         self.letterbox = letterbox
@@ -91,7 +92,7 @@ def detections_frame(
     scores = np.asarray(scores, dtype=np.float32).reshape(-1)
     boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
     if max_count is not None and len(scores) > max_count:
-        raise ValueError(
+        raise BadData(
             f"server answered {len(scores)} detections, but this request makes at most "
             f"{max_count}: refused (wrong or corrupt server answer)"
         )
@@ -100,12 +101,12 @@ def detections_frame(
             masks, letterbox.size, len(scores) if max_count is None else max_count
         )
     elif masks.shape != (letterbox.size, letterbox.size):
-        raise ValueError(
+        raise BadData(
             f"server answered masks of {masks.shape[0]}x{masks.shape[1]}, but this model's frame "
             f"is {letterbox.size}x{letterbox.size}"
         )
     if len(masks) != len(scores) or len(boxes) != len(scores):
-        raise ValueError(
+        raise BadData(
             f"server answered {len(scores)} scores, {len(boxes)} boxes and {len(masks)} masks"
         )
     keep = np.argsort(-scores, kind="stable")

@@ -28,7 +28,7 @@ from napari_sam3.client.connection import (
 from napari_sam3.client.image import ImageHandle
 from napari_sam3.client.results import decode_answer, detections_frame, empty_result, max_detections
 from napari_sam3.core import contract, validate
-from napari_sam3.core.errors import InvalidInput
+from napari_sam3.core.errors import BadData, InvalidInput, InvalidType
 from napari_sam3.imagery.letterbox import Letterbox
 from napari_sam3.imagery.raster import Raster, raster_info, read_raster
 from napari_sam3.imagery.stretch import to_model_rgb
@@ -97,7 +97,7 @@ class Sam3Client:
 
         given = (root_certificates, private_key, certificate_chain)
         if not tls and any(v is not None for v in given):
-            raise ValueError("certificate files are for TLS: pass tls=True with them")
+            raise InvalidInput("certificate files are for TLS: pass tls=True with them")
         timeouts = Timeouts(connect_timeout, request_timeout, deadline, liveness_timeout, retries)
         tls_options = TlsOptions(*given) if tls else None
         addresses = split_addresses(address)
@@ -159,7 +159,7 @@ class Sam3Client:
         try:
             self.engine.config(contract.CACHED)
         except ValueError:
-            raise ValueError(
+            raise InvalidInput(
                 f"{self.address} serves no {contract.CACHED} model (a repository written by an "
                 "older sam3-export, or the model failed to load: see the server log): export "
                 "the repository again"
@@ -247,7 +247,7 @@ class Sam3Client:
         elif isinstance(image, np.ndarray):
             rgb = to_model_rgb(image, bands=bands)
         else:
-            raise TypeError(
+            raise InvalidType(
                 f"image must be a raster path, a numpy array or a Raster, got {type(image).__name__}"
             )
         letterbox = Letterbox(rgb.shape[:2], self.image_size)
@@ -265,7 +265,7 @@ class Sam3Client:
                         address=self.address,
                         new_model_id=self.model_id,
                     )
-                raise ValueError("this PreparedImage was made for another model size")
+                raise InvalidInput("this PreparedImage was made for another model size")
             return image
         return self.prepare(image, bands)
 
@@ -278,12 +278,12 @@ class Sam3Client:
         }
         if boxes is None:
             if labels is not None:
-                raise ValueError("exemplar_labels given without exemplar_boxes")
+                raise InvalidInput("exemplar_labels given without exemplar_boxes")
             return slots
         rows, cols = letterbox.image_shape
         boxes = validate.exemplar_boxes(boxes, size=(cols, rows))
         if len(boxes) > k:
-            raise ValueError(f"at most {k} exemplar boxes fit one request, got {len(boxes)}")
+            raise InvalidInput(f"at most {k} exemplar boxes fit one request, got {len(boxes)}")
         if labels is None:
             labels = np.ones(len(boxes), np.int64)
         labels = validate.exemplar_labels(labels, len(boxes))
@@ -361,7 +361,7 @@ class Sam3Client:
                 image, exemplars, exemplar_boxes, exemplar_labels
             )
         if prompt is not None and not isinstance(prompt, str):
-            raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
+            raise InvalidType(f"prompt must be a string, got {type(prompt).__name__}")
         query = Query(
             keywords=() if prompt is None else (prompt,),
             concepts=() if concept is None else (concept,),
@@ -391,7 +391,7 @@ class Sam3Client:
         request: what scene runs plan their memory from.
         """
         if not isinstance(query, Query):
-            raise TypeError(f"query must be a Query, got {type(query).__name__}")
+            raise InvalidType(f"query must be a Query, got {type(query).__name__}")
         if query.exemplars is not None:
             boxes, labels = _vector_exemplars(
                 image, query.exemplars, query.exemplar_boxes or None, query.exemplar_labels or None
@@ -488,7 +488,7 @@ class Sam3Client:
         per_query = max_detections(self.manifest.num_queries, max_det)
         counts = np.asarray(out[contract.KEYWORD_COUNTS]).reshape(-1).astype(np.int64)
         if len(counts) != len(queries) or counts.min() < 0 or counts.max() > per_query:
-            raise ValueError(
+            raise BadData(
                 f"server answered keyword counts {counts.tolist()[:16]} for {len(queries)} "
                 f"queries of at most {per_query} detections each: refused (wrong server answer)"
             )
@@ -496,7 +496,7 @@ class Sam3Client:
         offsets = np.concatenate([[0], np.cumsum(counts)])
         masks = decode_answer(out[contract.MASKS_RLE], self.image_size, int(offsets[-1]))
         if len(masks) != offsets[-1]:
-            raise ValueError(
+            raise BadData(
                 f"server answered {len(masks)} masks for keyword counts {counts.tolist()}"
             )
         for i, (keyword, kind) in enumerate(queries):
@@ -538,7 +538,7 @@ class Sam3Client:
             boxes, labels = _vector_exemplars(image, exemplars, boxes, labels)
         boxes = None if boxes is None else validate.boxes(boxes, "exemplar boxes")
         if boxes is None or len(boxes) == 0:
-            raise ValueError("encode_exemplars needs at least one box [x1, y1, x2, y2]")
+            raise InvalidInput("encode_exemplars needs at least one box [x1, y1, x2, y2]")
         prepared = self._as_prepared(image, bands)
         inputs = self._exemplar_slots(prepared.letterbox, boxes, labels)
         out, _ = self._features.concept(prepared, inputs)

@@ -23,6 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+if __package__:  # inside napari_sam3
+    from napari_sam3.core.errors import BadData, InvalidInput, MissingFile, UnknownKey
+else:  # the copy beside a Triton Python model (sam3-export copies errors.py)
+    from errors import BadData, InvalidInput, MissingFile, UnknownKey
+
 MANIFEST_FILE = "sam3_manifest.json"
 # 2: the interactive levels channels-last and the first layer's image projections (pvs_first_*)
 MANIFEST_VERSION = 2
@@ -170,11 +175,11 @@ class TensorSpec:
         else:
             ok_dtype = value.dtype.name == self.dtype
         if not ok_dtype:
-            raise ValueError(f"input {self.describe()} got dtype {value.dtype}")
+            raise InvalidInput(f"input {self.describe()} got dtype {value.dtype}")
         if len(value.shape) != len(self.shape) or any(
             d >= 0 and d != s for d, s in zip(self.shape, value.shape, strict=True)
         ):
-            raise ValueError(f"input {self.describe()} got shape {list(value.shape)}")
+            raise InvalidInput(f"input {self.describe()} got shape {list(value.shape)}")
 
 
 @dataclass(frozen=True)
@@ -204,7 +209,7 @@ def _find(specs: tuple[TensorSpec, ...], name: str, graph: str) -> TensorSpec:
     for spec in specs:
         if spec.name == name:
             return spec
-    raise KeyError(f"{graph} has no tensor {name!r}")
+    raise UnknownKey(f"{graph} has no tensor {name!r}")
 
 
 @dataclass(frozen=True)
@@ -238,7 +243,7 @@ class Sizes:
 
     def __post_init__(self) -> None:
         if self.image_size % self.patch_size:
-            raise ValueError(
+            raise InvalidInput(
                 f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}"
             )
 
@@ -322,7 +327,7 @@ def graph_io(name: str, sizes: Sizes) -> GraphIO:
         return GraphIO(name, inputs, decoder_output_specs(sizes))
     if name in PVS_GRAPHS:
         return pvs_graph_io(name, sizes)
-    raise KeyError(f"unknown graph {name!r}; known: {GROUNDING_GRAPHS + PVS_GRAPHS}")
+    raise UnknownKey(f"unknown graph {name!r}; known: {GROUNDING_GRAPHS + PVS_GRAPHS}")
 
 
 def pvs_graph_io(
@@ -362,7 +367,7 @@ def pvs_graph_io(
             TensorSpec(PVS_DECODER_IOU, "float32", (1, 3)),
         )
         return GraphIO(name, inputs, outputs)
-    raise KeyError(f"unknown PVS graph {name!r}")
+    raise UnknownKey(f"unknown PVS graph {name!r}")
 
 
 def graph_path(repository: str | os.PathLike, name: str, version: int = 1) -> Path:
@@ -375,11 +380,11 @@ def _field(data: Mapping[str, Any], key: str, kind: type, source: str, optional:
     if key not in data or (optional and data[key] is None):
         if optional:
             return None
-        raise ValueError(f"{source}: manifest lacks the field {key!r}; re-export the repository")
+        raise BadData(f"{source}: manifest lacks the field {key!r}; re-export the repository")
     value = data[key]
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok or (kind is int and value < 0):
-        raise ValueError(
+        raise BadData(
             f"{source}: manifest field {key!r} must be a "
             f"{'non-negative integer' if kind is int else kind.__name__}, got {value!r}"
         )
@@ -438,14 +443,14 @@ class Manifest:
     def require_interactive(self) -> None:
         """Raise the one message for an interactive call on a repository without the head."""
         if self.data.get(INTERACTIVE_HEAD, True) is False:
-            raise ValueError(
+            raise InvalidInput(
                 f"this repository has no interactive head: its checkpoint "
                 f"({self.checkpoint or 'unnamed'}) had no tracker.* weights, so only text and "
                 "exemplar (grounding) prompts work; export a checkpoint with tracker.* weights "
                 "(Meta's release sam3.pt) for clicks and automatic masks"
             )
         if self.pvs_points is None:
-            raise ValueError(
+            raise InvalidInput(
                 "this repository was exported without the interactive graphs; export it again "
                 "with this napari-sam3's sam3-export"
             )
@@ -464,10 +469,10 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "manifest") -> Manifest:
         if not isinstance(data, Mapping):
-            raise ValueError(f"{source}: a manifest must be a JSON object")
+            raise BadData(f"{source}: a manifest must be a JSON object")
         version = _field(data, "manifest_version", int, source)
         if version != MANIFEST_VERSION:
-            raise ValueError(
+            raise BadData(
                 f"{source}: manifest_version {version} is not supported "
                 f"(this napari-sam3 reads version {MANIFEST_VERSION}); re-export the repository"
             )
@@ -481,16 +486,16 @@ class Manifest:
                 patch_size=_field(data, "patch_size", int, source),
             )
         except (ValueError, ZeroDivisionError) as exc:
-            raise ValueError(f"{source}: {exc}") from None
+            raise InvalidInput(f"{source}: {exc}") from None
         mask_size = _field(data, "mask_size", int, source)
         if mask_size != sizes.mask_size:
-            raise ValueError(
+            raise BadData(
                 f"{source}: manifest field 'mask_size' {mask_size} != 4 * image_size / "
                 f"patch_size = {sizes.mask_size}"
             )
         pvs_mask = _field(data, "pvs_mask_input_size", int, source, optional=True)
         if pvs_mask is not None and pvs_mask != sizes.mask_size:
-            raise ValueError(
+            raise BadData(
                 f"{source}: manifest field 'pvs_mask_input_size' {pvs_mask} != {sizes.mask_size}"
             )
         return cls(
@@ -523,11 +528,11 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
     if path.is_dir():
         path = path / MANIFEST_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"no {MANIFEST_FILE} at {path}: is this a sam3-export repository?")
+        raise MissingFile(f"no {MANIFEST_FILE} at {path}: is this a sam3-export repository?")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+        raise BadData(f"{path} is not valid JSON: {exc}") from exc
     return Manifest.from_dict(data, str(path))
 
 
@@ -539,7 +544,7 @@ def manifest_from_config(config: Any) -> Manifest:
     """
     params = getattr(config, "parameters", config)
     if not isinstance(params, Mapping) or MANIFEST_PARAMETER not in params:
-        raise ValueError(
+        raise InvalidInput(
             f"the model config has no '{MANIFEST_PARAMETER}' parameter: "
             "was the repository written by sam3-export?"
         )
@@ -549,5 +554,5 @@ def manifest_from_config(config: Any) -> Manifest:
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, TypeError) as exc:
-        raise ValueError(f"{source} is not valid JSON: {exc}") from None
+        raise BadData(f"{source} is not valid JSON: {exc}") from None
     return Manifest.from_dict(data, source)

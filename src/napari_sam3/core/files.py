@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from napari_sam3.core.errors import BadData, MissingFile, OutputExists
+
 
 def read_small_file(
     path: str | os.PathLike, limit: int, what: str, error: type[Exception] = ValueError
@@ -22,7 +24,7 @@ def read_small_file(
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{what}: no file at {path}")
+        raise MissingFile(f"{what}: no file at {path}")
     if not path.is_file():
         raise error(f"{what}: {path} is not a file")
     size = path.stat().st_size
@@ -38,15 +40,15 @@ def read_pem(path: str | os.PathLike, what: str, marker: str = "-----BEGIN ") ->
     """A TLS certificate or key file: small, and holding `marker`."""
     data = read_small_file(path, MAX_PEM_BYTES, f"TLS {what}")
     if marker.encode("ascii") not in data:
-        raise ValueError(f"TLS {what}: {path} is not a PEM file (no {marker.strip('- ')} line)")
+        raise BadData(f"TLS {what}: {path} is not a PEM file (no {marker.strip('- ')} line)")
     return data
 
 
 def check_target(path: Path, overwrite: bool) -> None:
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; choose another name or pass overwrite=True")
+        raise OutputExists(f"{path} exists; choose another name or pass overwrite=True")
     if not path.parent.exists():
-        raise FileNotFoundError(f"folder {path.parent} does not exist")
+        raise MissingFile(f"folder {path.parent} does not exist")
 
 
 @contextlib.contextmanager
@@ -61,7 +63,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pa
     try:
         yield tmp_path
         if not overwrite and path.exists():
-            raise FileExistsError(f"{path} appeared while writing; not replacing it")
+            raise OutputExists(f"{path} appeared while writing; not replacing it")
         # The data reaches the disk before the new name does, and the name before we return:
         # a crash leaves the old file or the complete new one, never an empty one.
         _fsync(tmp_path)

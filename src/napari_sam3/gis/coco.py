@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.core.files import atomic_write_bytes
 from napari_sam3.masks.protocol import frame_masks
 
@@ -61,12 +62,12 @@ def to_coco(
 ) -> dict[str, Any]:
     """The COCO instance dictionary of a result DataFrame (``mask``, ``keyword``, ``score``)."""
     if "mask" not in df.columns:
-        raise ValueError(f"to_coco needs a 'mask' column; the DataFrame has {list(df.columns)}")
+        raise InvalidInput(f"to_coco needs a 'mask' column; the DataFrame has {list(df.columns)}")
     scene = df.attrs.get("scene") or {}
     shape = tuple(scene["shape"]) if scene.get("shape") else None
     masks, shape = frame_masks(df["mask"], shape, "to_coco")
     if shape is None:
-        raise ValueError("the DataFrame is empty and does not say its image's shape")
+        raise InvalidInput("the DataFrame is empty and does not say its image's shape")
     height, width = (int(v) for v in shape)
     if image_name is None:
         if "source" in df.columns and len(df):
@@ -85,7 +86,7 @@ def to_coco(
     if per_tile:
         tiles = df.attrs.get("tiles")
         if not tiles or "tile" not in df.columns:
-            raise ValueError(
+            raise InvalidInput(
                 "per_tile needs a segment_scene result (its 'tile' column and attrs['tiles']); "
                 "for one image use per_tile=False"
             )
@@ -155,6 +156,6 @@ def write_coco(
     """Write :func:`to_coco` as JSON, atomically (an existing file only with ``overwrite``)."""
     path = Path(path)
     if path.suffix.lower() != ".json":
-        raise ValueError(f"a COCO file is JSON; name it .json, got {path.name!r}")
+        raise InvalidInput(f"a COCO file is JSON; name it .json, got {path.name!r}")
     data = json.dumps(to_coco(df, image_name, per_tile)).encode()
     return atomic_write_bytes(path, data, overwrite)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.core.files import atomic_path
 from napari_sam3.masks.paint import paint_frame
 from napari_sam3.masks.protocol import Mask
@@ -41,7 +42,7 @@ def overlay_image(
     """
     arr = np.asarray(rgb)
     if arr.dtype != np.uint8 or not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] == 3)):
-        raise ValueError(
+        raise InvalidInput(
             f"overlay expects uint8 RGB (rows, cols, 3) or grey (rows, cols), got {arr.dtype} "
             f"{arr.shape}; stretch rasters with napari_sam3.imagery.stretch.to_model_rgb first."
         )
@@ -49,7 +50,7 @@ def overlay_image(
         arr = np.repeat(arr[:, :, np.newaxis], 3, axis=2)
     alpha = float(alpha)
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha is an opacity between 0 and 1, got {alpha}.")
+        raise InvalidInput(f"alpha is an opacity between 0 and 1, got {alpha}.")
     labels, masks, order = paint_frame(df, arr.shape[:2], "overlay")
     palette = np.vstack([np.zeros((1, 3)), _palette(len(df))]).astype(np.float32)
 
@@ -74,7 +75,7 @@ def overlay_png(
     """Write :func:`overlay_image` of ``rgb`` and ``df`` to a ``.png`` file, atomically."""
     path = Path(path)
     if path.suffix.lower() != ".png":
-        raise ValueError(f"overlay_png writes PNG; name the file .png, got {path.name!r}.")
+        raise InvalidInput(f"overlay_png writes PNG; name the file .png, got {path.name!r}.")
     picture = overlay_image(rgb, df, alpha=alpha)
     with atomic_path(path, overwrite) as tmp:
         Image.fromarray(picture).save(tmp, format="PNG")

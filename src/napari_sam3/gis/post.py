@@ -15,6 +15,7 @@ import numpy as np
 import shapely
 from shapely.geometry import MultiPolygon, Polygon
 
+from napari_sam3.core.errors import InvalidInput, MissingDependency
 from napari_sam3.prompts.query import PostProcess
 
 __all__ = ["PostProcess", "postprocess"]
@@ -43,7 +44,7 @@ def _require(module: str, flag: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(
+        raise MissingDependency(
             f"{flag} needs the {module} package: pip install {module} "
             "(or pip install 'napari-sam3[gis-post]')"
         ) from exc
@@ -74,7 +75,7 @@ def postprocess(
     if (options.regularize or options.smooth or options.simplify) and (
         out.crs is None or not out.crs.is_projected
     ):
-        raise ValueError(
+        raise InvalidInput(
             "regularisation, smoothing and simplification work in map units and need a "
             f"projected CRS; these polygons are in {out.crs or 'pixel coordinates (no CRS)'}: "
             "reproject them first, e.g. gdf.to_crs(gdf.estimate_utm_crs())"
@@ -84,7 +85,7 @@ def postprocess(
         out = out[out["area_px"].to_numpy() >= options.min_area_px]
     if options.min_area_m2:
         if "area_m2" not in out or out["area_m2"].isna().all():
-            raise ValueError("min_area_m2 needs polygons with a CRS (area_m2); use min_area_px")
+            raise InvalidInput("min_area_m2 needs polygons with a CRS (area_m2); use min_area_px")
         out = out[out["area_m2"].to_numpy() >= options.min_area_m2]
     out = out.copy()
     if options.fill_holes:

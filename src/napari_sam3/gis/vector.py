@@ -48,6 +48,7 @@ from rasterio.transform import Affine
 from shapely.geometry import MultiPolygon, shape
 
 from napari_sam3.core.columns import POLYGON_COLUMNS, SCENE_COLUMNS
+from napari_sam3.core.errors import InvalidInput, InvalidType, MissingFile, OutputExists
 from napari_sam3.core.files import atomic_path
 from napari_sam3.core.formats import LABEL_SUFFIXES, OUTPUT_FORMATS, VECTOR_FORMATS
 from napari_sam3.gis.overlay import overlay_image, overlay_png
@@ -133,18 +134,18 @@ def to_geodataframe(
         (x = column, y = row) and a UserWarning says so.
     """
     if "mask" not in df.columns:
-        raise ValueError(
+        raise InvalidInput(
             f"to_geodataframe needs a 'mask' column; the DataFrame has {list(df.columns)}."
         )
     clash = [c for c in _COMPUTED if c in df.columns]
     if clash:
-        raise ValueError(
+        raise InvalidInput(
             f"the DataFrame has column(s) {clash}, which to_geodataframe computes itself; "
             "rename or drop them first."
         )
     simplify = float(simplify)
     if not np.isfinite(simplify) or simplify < 0:
-        raise ValueError(f"simplify is a tolerance in pixels >= 0, got {simplify}.")
+        raise InvalidInput(f"simplify is a tolerance in pixels >= 0, got {simplify}.")
 
     out_crs, affine, raster_shape, raster_source = _georeference(raster, crs, transform)
     n = len(df)
@@ -216,7 +217,7 @@ def _area_m2(geometry: gpd.GeoSeries, crs: pyproj.CRS | None) -> np.ndarray:
 
 def _masks(df: pd.DataFrame, shape: tuple[int, int] | None) -> list[Mask]:
     if "mask" not in df.columns:
-        raise ValueError(
+        raise InvalidInput(
             f"to_geodataframe needs a 'mask' column; the DataFrame has {list(df.columns)}."
         )
     return frame_masks(df["mask"], shape, "to_geodataframe")[0]
@@ -249,7 +250,7 @@ def _georeference(
         if isinstance(raster, str | os.PathLike):
             raster = raster_info(raster)
         if not isinstance(raster, Raster | RasterInfo):
-            raise TypeError(
+            raise InvalidType(
                 f"raster must be a Raster, a RasterInfo or a raster file's path, got "
                 f"{type(raster).__name__}; for a bare CRS and transform pass crs= and transform=."
             )
@@ -257,12 +258,12 @@ def _georeference(
         raster_shape = tuple(int(v) for v in raster.shape[1:])
         name = _file_name(raster.path)
     if transform is not None and not isinstance(transform, Affine):
-        raise TypeError(
+        raise InvalidType(
             f"transform must be a rasterio Affine, got {type(transform).__name__}; "
             "from a GDAL geotransform use rasterio.Affine.from_gdal(*geotransform)."
         )
     if crs is not None and transform is None and raster is None:
-        raise ValueError(
+        raise InvalidInput(
             "crs was given without a transform, so pixel coordinates cannot be placed on the map; "
             "pass transform= (a rasterio Affine) or raster=."
         )
@@ -275,7 +276,9 @@ def _georeference(
         try:
             out_crs = pyproj.CRS.from_user_input(chosen_crs)
         except pyproj.exceptions.CRSError as exc:
-            raise ValueError(f"crs {chosen_crs!r} is not a CRS pyproj understands: {exc}") from exc
+            raise InvalidInput(
+                f"crs {chosen_crs!r} is not a CRS pyproj understands: {exc}"
+            ) from exc
     affine = transform if transform is not None else raster_transform
     return out_crs, affine if affine is not None else Affine.identity(), raster_shape, name
 
@@ -342,12 +345,12 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool
         supported = ", ".join(
             f"{f.suffix} ({f.label})" for f in OUTPUT_FORMATS.values() if f.vector
         )
-        raise ValueError(
+        raise InvalidInput(
             f"cannot write vectors to {path.name!r}: unsupported extension "
             f"{suffix or '(none)'}; supported: {supported}."
         )
     if not isinstance(gdf, gpd.GeoDataFrame):
-        raise TypeError(
+        raise InvalidType(
             f"write_vector expects a GeoDataFrame, got {type(gdf).__name__}; "
             "make one with to_geodataframe(df, raster)."
         )
@@ -394,9 +397,9 @@ def _write_shapefile(
     targets = [path.with_suffix(s) for s in _SHAPEFILE_SIDECARS]
     existing = [t for t in targets if t.exists()]
     if existing and not overwrite:
-        raise FileExistsError(f"{existing[0]} exists; choose another name or pass overwrite=True")
+        raise OutputExists(f"{existing[0]} exists; choose another name or pass overwrite=True")
     if not path.parent.exists():
-        raise FileNotFoundError(f"folder {path.parent} does not exist")
+        raise MissingFile(f"folder {path.parent} does not exist")
     options = {k: v for k, v in options.items() if k != "layer"}
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -450,19 +453,19 @@ def write_labels_geotiff(
     """
     path = Path(path)
     if path.suffix.lower() not in LABEL_SUFFIXES:
-        raise ValueError(
+        raise InvalidInput(
             f"write_labels_geotiff writes GeoTIFF; name the file {' or '.join(LABEL_SUFFIXES)}, "
             f"got {path.name!r}."
         )
     compress = str(compress).lower()
     if compress not in ("deflate", "lzw"):
-        raise ValueError(f"compress must be 'deflate' or 'lzw', got {compress!r}.")
+        raise InvalidInput(f"compress must be 'deflate' or 'lzw', got {compress!r}.")
     crs, transform, shape_ = _tiff_georeference(raster_or_profile)
     if isinstance(labels, pd.DataFrame):
         labels = masks_to_labels(labels, shape_)
     arr = _as_labels(labels)
     if shape_ is not None and arr.shape != shape_:
-        raise ValueError(
+        raise InvalidInput(
             f"labels of shape {arr.shape} do not match the raster's {shape_} (rows, cols); "
             "pass the Raster the detections were made on (for a window, that windowed read)."
         )
@@ -527,14 +530,14 @@ def _tiff_georeference(
     if isinstance(source, Mapping):
         transform = source.get("transform")
         if not isinstance(transform, Affine):
-            raise ValueError(
+            raise InvalidInput(
                 "the profile has no 'transform' (a rasterio Affine); pass a rasterio profile "
                 "such as dataset.profile, or the Raster itself."
             )
         size = (source.get("height"), source.get("width"))
         shape_ = (int(size[0]), int(size[1])) if None not in size else None
         return source.get("crs"), transform, shape_
-    raise TypeError(
+    raise InvalidType(
         "raster_or_profile must be a Raster, a RasterInfo, a raster file's path or a rasterio "
         f"profile (dict), got {type(source).__name__}."
     )
@@ -543,15 +546,15 @@ def _tiff_georeference(
 def _as_labels(labels: Any) -> np.ndarray:
     arr = np.asarray(labels)
     if arr.ndim != 2:
-        raise ValueError(f"labels must be a 2-D (rows, cols) image, got shape {arr.shape}.")
+        raise InvalidInput(f"labels must be a 2-D (rows, cols) image, got shape {arr.shape}.")
     if arr.dtype == np.bool_:
         return arr.astype(np.int32)
     if arr.dtype.kind not in "ui":
-        raise ValueError(
+        raise InvalidInput(
             f"labels must be integers (ids, 0 = background), got {arr.dtype}; "
             "make them with masks_to_labels(df)."
         )
     info = np.iinfo(np.int32)
     if arr.size and (arr.min() < info.min or arr.max() > info.max):
-        raise ValueError("labels must fit in int32 (GeoTIFF is written as int32).")
+        raise InvalidInput("labels must fit in int32 (GeoTIFF is written as int32).")
     return arr.astype(np.int32, copy=False)

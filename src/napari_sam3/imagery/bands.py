@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
+
 BandKey = int | str
 
 
@@ -33,7 +35,7 @@ def resolve_band(
     """
     if isinstance(key, str):
         if not names:
-            raise ValueError(
+            raise InvalidInput(
                 f"{where} has no band names, so band {key!r} cannot be found by name; pass "
                 f"1-based band indices (1..{count}), e.g. bands=(4, 3, 2), or read the file with "
                 "read_raster, whose Raster knows its band names."
@@ -42,16 +44,16 @@ def resolve_band(
         for i, name in enumerate(names):
             if str(name).lower() == wanted:
                 return i
-        raise ValueError(f"{where} has no band named {key!r}; its bands are {_listing(names)}.")
+        raise InvalidInput(f"{where} has no band named {key!r}; its bands are {_listing(names)}.")
     if isinstance(key, int | np.integer) and not isinstance(key, bool | np.bool_):
         if not 1 <= key <= count:
             known = f" ({_listing(names)})" if names else ""
-            raise ValueError(
+            raise InvalidInput(
                 f"band {int(key)} is out of range for {where}, which has {count} band(s){known}; "
                 f"band indices are 1-based (1..{count}), as in GDAL and rasterio."
             )
         return int(key) - 1
-    raise ValueError(
+    raise InvalidInput(
         f"a band is a 1-based index or a name, got {key!r}; "
         + (f"{where}'s bands are {_listing(names)}." if names else f"use 1..{count}.")
     )
@@ -121,7 +123,7 @@ def model_bands(
     described = ""
     if names or roles:
         described = " (" + ", ".join(_band(i, names, roles) for i in range(count)) + ")"
-    raise ValueError(
+    raise InvalidInput(
         f"{where} has {count} bands{described}; choose 3 for RGB (or 1 for grey) with bands=, "
         "e.g. bands=(4, 3, 2) for Sentinel-2 true colour (1-based indices"
         + (", or band names" if names else "")

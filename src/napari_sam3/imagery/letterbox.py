@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from napari_sam3.core import validate
+from napari_sam3.core.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Letterbox:
         try:
             rows, cols = (validate.positive_int("image_shape", v) for v in shape)
         except ValueError:
-            raise ValueError(
+            raise InvalidInput(
                 f"image_shape must be (rows, cols) with positive integers, got {self.image_shape!r}; "
                 "for an RGB array pass image.shape[:2]."
             ) from None
@@ -69,7 +70,7 @@ class Letterbox:
         """uint8 RGB (rows, cols, 3) -> the model input, uint8 ``[1, 3, S, S]``."""
         rgb = np.asarray(rgb)
         if rgb.dtype != np.uint8 or rgb.shape != (*self.image_shape, 3):
-            raise ValueError(
+            raise InvalidInput(
                 f"Letterbox.apply expects uint8 RGB of shape {(*self.image_shape, 3)}, got "
                 f"{rgb.dtype} {rgb.shape}; convert with to_model_rgb first."
             )
@@ -110,7 +111,7 @@ class Letterbox:
         outside = (arr[:, 0] < 0) | (arr[:, 0] > cols) | (arr[:, 1] < 0) | (arr[:, 1] > rows)
         if outside.any():
             i = int(np.flatnonzero(outside)[0])
-            raise ValueError(
+            raise InvalidInput(
                 f"point {i} {arr[i].tolist()} (xy, image pixels) lies outside the image of "
                 f"{cols} x {rows} pixels (width x height)."
             )
@@ -182,14 +183,14 @@ class Letterbox:
     def _mask(mask: np.ndarray, shape: tuple[int, int], where: str) -> np.ndarray:
         arr = np.asarray(mask)
         if arr.ndim < 2 or arr.shape[-2:] != shape:
-            raise ValueError(
+            raise InvalidInput(
                 f"{where}: expected a mask of shape (..., {shape[0]}, {shape[1]}), got {arr.shape}."
             )
         if arr.dtype == np.bool_:
             return arr
         if arr.dtype.kind in "ui":
             return arr != 0
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: expected a bool (or 0/1 integer) mask, got {arr.dtype}; threshold "
             "probabilities or logits first, e.g. mask > 0."
         )

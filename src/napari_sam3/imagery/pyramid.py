@@ -35,6 +35,7 @@ import rasterio
 from rasterio.errors import RasterioError
 from rasterio.windows import Window
 
+from napari_sam3.core.errors import BadData
 from napari_sam3.imagery.raster import PathLike, RasterInfo, open_dataset, raster_info
 
 TARGET_CHUNK = 512  # chunk side (pixels) aimed at: a few ms to read, a few per screen
@@ -177,7 +178,7 @@ class RasterPyramid:
                 damaged = False
             except RasterioError as exc:
                 if strict:
-                    raise ValueError(
+                    raise BadData(
                         f"cannot read the pixels of {self.files[file]} (rows {r0}.."
                         f"{r0 + len(rows) - 1}, cols {c0}..{c0 + len(cols) - 1} of level "
                         f"{level}; damaged or truncated file?): {exc}"

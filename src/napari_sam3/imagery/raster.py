@@ -41,6 +41,7 @@ from rasterio.transform import Affine
 from rasterio.windows import Window
 
 from napari_sam3.core import validate
+from napari_sam3.core.errors import BadData, InvalidInput, MissingFile
 from napari_sam3.imagery.bands import BandKey, resolve_bands
 from napari_sam3.imagery.remote import (
     file_name,
@@ -154,34 +155,34 @@ def ground_grid(info: RasterInfo, gsd: float) -> tuple[Affine, int, int, float, 
     """
     label = _describe_path(info.path)
     if isinstance(gsd, bool) or not isinstance(gsd, int | float | np.integer | np.floating):
-        raise ValueError(f"gsd must be a number of metres such as 10, got {gsd!r}")
+        raise InvalidInput(f"gsd must be a number of metres such as 10, got {gsd!r}")
     if not math.isfinite(gsd) or gsd <= 0:
-        raise ValueError(f"gsd must be a positive number of metres, got {gsd!r}")
+        raise InvalidInput(f"gsd must be a positive number of metres, got {gsd!r}")
     if info.crs is None:
-        raise ValueError(
+        raise InvalidInput(
             f"{label} has no CRS, so its pixels have no size on the ground: gsd needs a "
             "georeferenced raster (or leave gsd out to use its pixels as they are)"
         )
     if not info.crs.is_projected:
-        raise ValueError(
+        raise InvalidInput(
             f"{label} is in {info.crs.to_string()}, whose units are degrees: gsd (metres) needs "
             "a projected CRS; reproject the raster (e.g. gdalwarp -t_srs EPSG:326XX) first"
         )
     t = info.transform
     if t.b != 0 or t.d != 0:
-        raise ValueError(f"{label} is rotated or sheared; gsd needs a north-up raster")
+        raise InvalidInput(f"{label} is rotated or sheared; gsd needs a north-up raster")
     _, metres = info.crs.linear_units_factor
     step = float(gsd) / metres  # in CRS units
     across, down = step / abs(t.a), step / abs(t.e)
     if min(across, down) < 1 / MAX_UPSAMPLING:
-        raise ValueError(
+        raise InvalidInput(
             f"gsd {gsd:g} m would upsample {label} ({abs(t.a) * metres:g} m pixels) more than "
             f"{MAX_UPSAMPLING} times; use a gsd of at least {abs(t.a) * metres / MAX_UPSAMPLING:g} m"
         )
     rows = math.floor(info.rows / down + 1e-9)
     cols = math.floor(info.cols / across + 1e-9)
     if rows < 1 or cols < 1:
-        raise ValueError(
+        raise InvalidInput(
             f"gsd {gsd:g} m is coarser than {label} itself ({info.rows} x {info.cols} pixels of "
             f"{abs(t.a) * metres:g} m); use a smaller gsd"
         )
@@ -326,23 +327,23 @@ def _sources(path: PathLike | Sequence[PathLike]) -> list[Source]:
     elif isinstance(path, Sequence):
         items = list(path)
         if not items:
-            raise ValueError("read_raster got an empty list of files; pass at least one path.")
+            raise InvalidInput("read_raster got an empty list of files; pass at least one path.")
     else:
-        raise ValueError(
+        raise InvalidInput(
             f"expected a file path or a list of paths, got {type(path).__name__}; "
             "pass e.g. 'scene.tif' or ['B04.jp2', 'B03.jp2', 'B02.jp2']."
         )
     sources = []
     for item in items:
         if not isinstance(item, str | os.PathLike):
-            raise ValueError(f"expected a file path, got {type(item).__name__}: {item!r}.")
+            raise InvalidInput(f"expected a file path, got {type(item).__name__}: {item!r}.")
         text = os.fspath(item)
         if is_remote(text):
             sources.append(text)  # a URL stays as given (Path would fold its "//")
             continue
         p = Path(item)
         if "://" not in text and not text.startswith("/vsi") and not p.exists():
-            raise FileNotFoundError(f"raster file not found: {text}")
+            raise MissingFile(f"raster file not found: {text}")
         sources.append(p)
     return sources
 
@@ -380,7 +381,7 @@ def _placed(stack: contextlib.ExitStack, ds, path: Source):
     gcps, gcp_crs = ds.gcps
     if gcps:
         if gcp_crs is None:
-            raise ValueError(
+            raise InvalidInput(
                 f"{file_name(path)} has {len(gcps)} ground control points but no CRS for them, "
                 "so it cannot be placed; assign one with gdal_translate -a_srs EPSG:XXXX, or warp "
                 "it yourself (gdalwarp -t_srs EPSG:XXXX in.tif out.tif)"
@@ -393,7 +394,7 @@ def _placed(stack: contextlib.ExitStack, ds, path: Source):
             )
         )
     if ds.rpcs is not None:
-        raise ValueError(
+        raise InvalidInput(
             f"{file_name(path)} is placed by rational polynomial coefficients (RPCs) only, which "
             "need a terrain model to be placed right; orthorectify it first, e.g. "
             "gdalwarp -rpc -to RPC_DEM=dem.tif -t_srs EPSG:XXXX in.tif out.tif"
@@ -455,12 +456,12 @@ def _header(path: Source) -> _Header:
         with open_dataset(path) as ds:
             nodatas = {v for v in ds.nodatavals if v is not None}
             if len(nodatas) > 1:
-                raise ValueError(
+                raise InvalidInput(
                     f"{path.name}: bands have different nodata values {sorted(nodatas)}; "
                     "read them separately and pass nodata= explicitly when stretching."
                 )
             if len(set(ds.dtypes)) > 1:
-                raise ValueError(
+                raise InvalidInput(
                     f"{path.name}: bands have different dtypes {ds.dtypes}; read them separately."
                 )
             palette = _palette(ds)
@@ -487,7 +488,7 @@ def _header(path: Source) -> _Header:
     except RasterioError as exc:
         if is_remote(path):
             raise remote_error(os.fspath(path), exc) from None
-        raise ValueError(
+        raise BadData(
             f"cannot read {path} as a raster (GeoTIFF, JPEG 2000, PNG, JPEG): {exc}"
         ) from exc
 
@@ -531,7 +532,7 @@ def _read_mask(path: Source, win: Window, out_shape: tuple[int, int]) -> np.ndar
     except RasterioError as exc:
         if is_remote(path):
             raise remote_error(os.fspath(path), exc, "read the mask of") from None
-        raise ValueError(f"cannot read the mask of {path} (damaged file?): {exc}") from exc
+        raise BadData(f"cannot read the mask of {path} (damaged file?): {exc}") from exc
 
 
 def _stem(path: Source) -> str:
@@ -571,7 +572,7 @@ def _check_stackable(headers: list[_Header]) -> None:
         if h.nodata != first.nodata and not (_isnan(h.nodata) and _isnan(first.nodata)):
             problems.append(f"nodata {h.nodata} vs {first.nodata}")
         if problems:
-            raise ValueError(
+            raise InvalidInput(
                 f"cannot stack {file_name(h.path)} onto {file_name(first.path)}: "
                 + "; ".join(problems)
                 + ". Stack only bands on the same grid (resample first, e.g. 20 m bands to 10 m)."
@@ -602,7 +603,7 @@ def _resolve_bands(bands: Sequence[BandKey] | None, names: Sequence[str], label:
     if bands is None:
         return list(range(1, count + 1))
     if len(bands) == 0:
-        raise ValueError(f"bands=[] selects nothing from {label}; pass band indices or names.")
+        raise InvalidInput(f"bands=[] selects nothing from {label}; pass band indices or names.")
     return [i + 1 for i in resolve_bands(bands, count, names, label)]
 
 
@@ -612,13 +613,13 @@ def _to_window(window: WindowLike | None, rows: int, cols: int, label: str) -> W
     if isinstance(window, Window):
         values = (window.col_off, window.row_off, window.width, window.height)
         if any(float(v) != int(v) for v in values):
-            raise ValueError(
+            raise InvalidInput(
                 f"window {window} has fractional offsets or sizes; use whole pixels "
                 "(e.g. window.round_offsets().round_lengths())."
             )
         c0, r0, w, h = (int(v) for v in values)
         if w <= 0 or h <= 0 or r0 < 0 or c0 < 0 or r0 + h > rows or c0 + w > cols:
-            raise ValueError(
+            raise InvalidInput(
                 f"window {window} does not lie inside {label} ({rows} rows x {cols} cols); "
                 "use window.intersection(Window(0, 0, cols, rows)) or numpy-style slices."
             )
@@ -628,15 +629,15 @@ def _to_window(window: WindowLike | None, rows: int, cols: int, label: str) -> W
         r0, r1, rstep = row_slice.indices(rows)
         c0, c1, cstep = col_slice.indices(cols)
         if rstep != 1 or cstep != 1:
-            raise ValueError(
+            raise InvalidInput(
                 f"window slices must have step 1, got {window}; use max_size= for a decimated read."
             )
         if r1 <= r0 or c1 <= c0:
-            raise ValueError(
+            raise InvalidInput(
                 f"window {window} selects no pixels of {label} ({rows} rows x {cols} cols)."
             )
         return Window(c0, r0, c1 - c0, r1 - r0)
-    raise ValueError(
+    raise InvalidInput(
         f"window must be a rasterio Window or a (row_slice, col_slice) pair such as "
         f"np.s_[0:512, 0:512], got {window!r}."
     )
@@ -672,6 +673,6 @@ def _read_pixels(
     except RasterioError as exc:
         if is_remote(path):
             raise remote_error(os.fspath(path), exc, "read the pixels of") from None
-        raise ValueError(
+        raise BadData(
             f"cannot read the pixels of {path} (damaged or truncated file?): {exc}"
         ) from exc

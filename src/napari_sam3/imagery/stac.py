@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import pystac
 from pystac.extensions.eo import EOExtension
 
-from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.errors import MissingFile, Sam3Error
 from napari_sam3.imagery.remote import MAX_JSON_BYTES, fetch_bytes, file_name, is_remote
 
 __all__ = [
@@ -77,7 +77,7 @@ def read_stac(source: Any) -> Any:
     except Sam3Error:
         raise
     except FileNotFoundError:
-        raise FileNotFoundError(f"STAC file not found: {href}") from None
+        raise MissingFile(f"STAC file not found: {href}") from None
     except (
         pystac.STACError,
         pystac.STACTypeError,

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery.bands import BandKey, model_bands, resolve_bands
 from napari_sam3.imagery.raster import (
     PathLike,
@@ -65,18 +66,18 @@ class StretchStats:
         low = tuple(float(v) for v in self.low)
         high = tuple(float(v) for v in self.high)
         if not low or len(low) != len(high):
-            raise ValueError(
+            raise InvalidInput(
                 f"StretchStats needs one low and one high per channel, got {len(low)} low and "
                 f"{len(high)} high values."
             )
         for i, (lo, hi) in enumerate(zip(low, high, strict=True)):
             if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
-                raise ValueError(
+                raise InvalidInput(
                     f"StretchStats channel {i + 1}: need finite low <= high, got low={lo}, high={hi}."
                 )
         names = None if self.band_names is None else tuple(str(n) for n in self.band_names)
         if names is not None and len(names) != len(low):
-            raise ValueError(
+            raise InvalidInput(
                 f"StretchStats has {len(low)} channel(s) but {len(names)} band names {names}."
             )
         object.__setattr__(self, "low", low)
@@ -105,7 +106,7 @@ class StretchStats:
                 band_names=None if data.get("band_names") is None else tuple(data["band_names"]),
             )
         except (KeyError, TypeError) as exc:
-            raise ValueError(
+            raise InvalidInput(
                 f"not a StretchStats dict (need 'low' and 'high' lists): {data!r}"
             ) from exc
 
@@ -224,14 +225,14 @@ def channels_rgb(
     if stats is None:
         stats = stretch_of(channels, pct)
     elif not isinstance(stats, StretchStats):
-        raise ValueError(f"stats must be a StretchStats, got {type(stats).__name__}.")
+        raise InvalidInput(f"stats must be a StretchStats, got {type(stats).__name__}.")
     if len(stats) != len(planes):
-        raise ValueError(
+        raise InvalidInput(
             f"stats has {len(stats)} channel(s) but the image gives {len(planes)}; compute the "
             "stats with the same bands= as this call."
         )
     if stats.band_names and names and tuple(stats.band_names) != tuple(names):
-        raise ValueError(
+        raise InvalidInput(
             f"stats were computed for bands {list(stats.band_names)} but this call uses "
             f"{list(names)}; recompute them or pick the same bands."
         )
@@ -276,7 +277,7 @@ def select_channels(
     declared = None
     if isinstance(image, Raster):
         if channel_axis not in (None, 0):
-            raise ValueError("a Raster is always bands-first; leave channel_axis unset.")
+            raise InvalidInput("a Raster is always bands-first; leave channel_axis unset.")
         arr, channel_axis, names = image.data, 0, image.band_names
         roles, valid, declared = image.roles, image.valid, image.nodata
     else:
@@ -299,7 +300,7 @@ def select_channels(
             bands = [bands]
         chosen = resolve_bands(bands, count, names or None, where)
         if len(chosen) not in (1, 3):
-            raise ValueError(
+            raise InvalidInput(
                 f"bands={list(bands)} selects {len(chosen)} bands; choose 3 (RGB) or 1 (grayscale)."
             )
         why = "bands " + ", ".join(str(b) for b in bands) + " as asked"
@@ -322,14 +323,14 @@ def _describe(image: np.ndarray | Raster) -> str:
 
 def _check_array(arr: np.ndarray) -> None:
     if arr.ndim not in (2, 3):
-        raise ValueError(
+        raise InvalidInput(
             f"expected a 2-D (rows, cols) or 3-D (bands, rows, cols)/(rows, cols, bands) image, "
             f"got {arr.ndim}-D with shape {arr.shape}; squeeze or select the image first."
         )
     if arr.size == 0:
-        raise ValueError(f"the image is empty (shape {arr.shape}); nothing to stretch.")
+        raise InvalidInput(f"the image is empty (shape {arr.shape}); nothing to stretch.")
     if arr.dtype == np.bool_ or arr.dtype.kind not in "uif":
-        raise ValueError(
+        raise InvalidInput(
             f"cannot stretch an image of dtype {arr.dtype}; expected unsigned/signed integers or "
             "floats (a bool array is a mask, not an image)."
         )
@@ -338,9 +339,9 @@ def _check_array(arr: np.ndarray) -> None:
 def _channel_axis(shape: tuple[int, ...], channel_axis: int | None) -> int:
     if channel_axis is not None:
         if isinstance(channel_axis, bool) or not isinstance(channel_axis, int | np.integer):
-            raise ValueError(f"channel_axis must be 0, 2 or -1, got {channel_axis!r}.")
+            raise InvalidInput(f"channel_axis must be 0, 2 or -1, got {channel_axis!r}.")
         if channel_axis not in (0, 2, -1):
-            raise ValueError(
+            raise InvalidInput(
                 f"channel_axis must be 0 (bands, rows, cols) or -1/2 (rows, cols, bands), "
                 f"got {channel_axis}."
             )
@@ -350,7 +351,7 @@ def _channel_axis(shape: tuple[int, ...], channel_axis: int | None) -> int:
         return 0
     if last < first and last < middle:
         return 2
-    raise ValueError(
+    raise InvalidInput(
         f"cannot tell which axis of shape {shape} holds the bands; pass channel_axis=0 for "
         "(bands, rows, cols) or channel_axis=-1 for (rows, cols, bands)."
     )
@@ -360,11 +361,11 @@ def _check_percentiles(percentiles: Sequence[float]) -> tuple[float, float]:
     try:
         lo, hi = (float(p) for p in percentiles)
     except (TypeError, ValueError) as exc:
-        raise ValueError(
+        raise InvalidInput(
             f"percentiles must be two numbers (low, high), e.g. (2, 98); got {percentiles!r}."
         ) from exc
     if not 0 <= lo < hi <= 100:
-        raise ValueError(f"percentiles must satisfy 0 <= low < high <= 100, got ({lo}, {hi}).")
+        raise InvalidInput(f"percentiles must satisfy 0 <= low < high <= 100, got ({lo}, {hi}).")
     return lo, hi
 
 
@@ -389,7 +390,7 @@ def _plane_percentiles(
     else:
         lo, hi = _sampled_percentiles(plane, pct, invalid)
     if lo is None or hi is None:
-        raise ValueError(
+        raise InvalidInput(
             f"{label} has no valid pixels (all nodata, masked or NaN); read a larger window "
             "or pass stats= computed for the whole scene."
         )

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
+
 NO_NODATA = "none"
 # Unflagged fill: a value found on at least this share of the raster's outermost pixels, in every
 # band, and on at least MIN_FILL_SHARE of all its pixels, that is a sentinel as fill values are
@@ -63,11 +65,11 @@ def check_nodata(nodata: NodataLike) -> float | str | None:
         try:
             return float(text)
         except ValueError:
-            raise ValueError(
+            raise InvalidInput(
                 f"nodata is a number such as 0 or -9999, or 'none', got {nodata!r}"
             ) from None
     if isinstance(nodata, bool) or not isinstance(nodata, int | float | np.integer | np.floating):
-        raise ValueError(f"nodata is a number such as 0 or -9999, or 'none', got {nodata!r}")
+        raise InvalidInput(f"nodata is a number such as 0 or -9999, or 'none', got {nodata!r}")
     return float(nodata)
 
 

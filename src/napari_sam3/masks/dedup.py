@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from napari_sam3.core import validate
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.masks import rle_kernels
 from napari_sam3.masks.protocol import LazyMask, Mask
 from napari_sam3.masks.rle import RleMask, RleMasks
@@ -222,11 +223,11 @@ def box_nms(
     """
     b = np.asarray(boxes, dtype=np.float64)
     if b.ndim != 2 or b.shape[1] != 4:
-        raise ValueError(f"boxes must have shape [N, 4] (x1, y1, x2, y2), got {b.shape}")
+        raise InvalidInput(f"boxes must have shape [N, 4] (x1, y1, x2, y2), got {b.shape}")
     if not np.all(np.isfinite(b)):
-        raise ValueError("boxes contain NaN or infinite coordinates")
+        raise InvalidInput("boxes contain NaN or infinite coordinates")
     if np.any(b[:, 2] < b[:, 0]) or np.any(b[:, 3] < b[:, 1]):
-        raise ValueError("boxes must satisfy x2 >= x1 and y2 >= y1")
+        raise InvalidInput("boxes must satisfy x2 >= x1 and y2 >= y1")
     n = b.shape[0]
     score = _check_scores(scores, n)
     iou_threshold = validate.unit_interval("iou_threshold", iou_threshold)
@@ -260,7 +261,7 @@ def _as_batch(masks: RleMasks | np.ndarray | Sequence[Mask]) -> RleMasks:
         if len(masks) == 0:
             return RleMasks.stack([], shape=(0, 0))
         return RleMasks.stack([m.to_rle() for m in masks])
-    raise ValueError(
+    raise InvalidInput(
         "masks must be RleMasks, a bool [N, H, W] array or a sequence of masks (RleMask, "
         f"FrameMask, SceneMask, ...), got {type(masks).__name__}"
     )
@@ -273,7 +274,7 @@ def _check_labels(
         return None
     v = np.asarray(values)
     if v.shape != (n,) or (n and not np.issubdtype(v.dtype, np.integer)):
-        raise ValueError(f"{name} must be {n} integers, got shape {v.shape}")
+        raise InvalidInput(f"{name} must be {n} integers, got shape {v.shape}")
     return v.astype(np.int64)
 
 
@@ -292,12 +293,12 @@ def _comparable(
 def _check_scores(scores: np.ndarray | Sequence[float], n: int) -> np.ndarray:
     s = np.asarray(scores)
     if s.ndim != 1 or s.shape[0] != n:
-        raise ValueError(f"scores must have shape [{n}], got {s.shape}")
+        raise InvalidInput(f"scores must have shape [{n}], got {s.shape}")
     if s.size and not np.issubdtype(s.dtype, np.number):
-        raise ValueError(f"scores must be numbers, got dtype {s.dtype}")
+        raise InvalidInput(f"scores must be numbers, got dtype {s.dtype}")
     s = s.astype(np.float64)
     if not np.all(np.isfinite(s)):
-        raise ValueError("scores contain NaN or infinite values")
+        raise InvalidInput("scores contain NaN or infinite values")
     return s
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.masks.protocol import Mask, frame_masks
 from napari_sam3.masks.rle import RleMasks
 
@@ -28,7 +29,7 @@ def score_order(scores: Sequence[Any] | np.ndarray | None, n: int) -> np.ndarray
 
     values = pd.to_numeric(pd.Series(scores), errors="coerce").to_numpy(dtype=np.float64)
     if values.shape != (n,):
-        raise ValueError(f"scores must be {n} numbers, got {values.shape[0]}")
+        raise InvalidInput(f"scores must be {n} numbers, got {values.shape[0]}")
     values = np.where(np.isnan(values), -np.inf, values)
     # lexsort's last key is the primary one: ascending score, then later rows before earlier ones.
     return np.lexsort((-np.arange(n), values))
@@ -50,10 +51,10 @@ def paint_labels(
     n = len(masks)
     values = np.arange(1, n + 1, dtype=np.int64) if labels is None else np.asarray(labels)
     if values.shape != (n,) or (n and not np.issubdtype(values.dtype, np.integer)):
-        raise ValueError(f"labels must be {n} integers, got shape {values.shape}")
+        raise InvalidInput(f"labels must be {n} integers, got shape {values.shape}")
     info = np.iinfo(np.int32)
     if values.size and (values.min() < info.min or values.max() > info.max):
-        raise ValueError("labels must fit in int32")
+        raise InvalidInput("labels must fit in int32")
     order = np.arange(n) if order is None else np.asarray(order, dtype=np.int64)
     rows, cols = (int(v) for v in shape)
     out = np.zeros((rows, cols), dtype=np.int32)
@@ -63,7 +64,7 @@ def paint_labels(
         masks = masks.as_list()
     for i in order.tolist():
         if tuple(masks[i].shape) != (rows, cols):
-            raise ValueError(f"mask {i} of shape {masks[i].shape} cannot paint a {shape} image")
+            raise InvalidInput(f"mask {i} of shape {masks[i].shape} cannot paint a {shape} image")
         r0, c0, pixels = masks[i].crop()
         out[r0 : r0 + pixels.shape[0], c0 : c0 + pixels.shape[1]][pixels] = values[i]
     return out
@@ -75,7 +76,7 @@ def paint_frame(
     """A result DataFrame's ``mask`` column painted by :func:`score_order`: ``(labels, masks,
     order)``, row ``i`` (by position) as id ``i + 1``. ``shape`` defaults to the masks' own."""
     if "mask" not in df.columns:
-        raise ValueError(f"{where} needs a 'mask' column; the DataFrame has {list(df.columns)}.")
+        raise InvalidInput(f"{where} needs a 'mask' column; the DataFrame has {list(df.columns)}.")
     masks, shape = frame_masks(df["mask"], shape, where)
     order = score_order(df["score"] if "score" in df.columns else None, len(df))
     return paint_labels(masks, shape, order), masks, order

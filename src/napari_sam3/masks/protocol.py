@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.masks.rle import RleMask
 
 __all__ = ["ArrayMask", "Crop", "LazyMask", "Mask", "as_mask", "frame_masks", "tight_crop"]
@@ -139,11 +140,13 @@ def as_mask(value: Any, row: int | None = None) -> Mask:
     arr = np.asarray(value)
     where = "" if row is None else f"row {row}: "
     if arr.ndim != 2:
-        raise ValueError(f"{where}a mask must be a 2-D (rows, cols) array, got shape {arr.shape}.")
+        raise InvalidInput(
+            f"{where}a mask must be a 2-D (rows, cols) array, got shape {arr.shape}."
+        )
     if arr.dtype.kind in "ui":
         arr = arr != 0
     elif arr.dtype != np.bool_:
-        raise ValueError(
+        raise InvalidInput(
             f"{where}a mask must be bool (or 0/1 integers), got {arr.dtype}; threshold "
             "probabilities or logits first, e.g. mask > 0."
         )
@@ -166,14 +169,14 @@ def frame_masks(
     values = list(values)
     if shape is None:
         if not values:
-            raise ValueError(
+            raise InvalidInput(
                 f"{where}: the DataFrame is empty, so the image shape is unknown; "
                 "pass shape=(rows, cols) (or raster=)."
             )
         shape = _shape_of(values[0])
     shape = tuple(shape)
     if len(shape) != 2 or not all(isinstance(v, int | np.integer) and v > 0 for v in shape):
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: shape must be (rows, cols) of positive integers, got {shape!r}."
         )
     shape = (int(shape[0]), int(shape[1]))
@@ -181,7 +184,7 @@ def frame_masks(
     for i, value in enumerate(values):
         got = _shape_of(value)
         if tuple(got) != shape:
-            raise ValueError(
+            raise InvalidInput(
                 f"row {i}: mask of shape {tuple(got)} does not match the image's {shape} "
                 "(rows, cols); masks must be in the original image's pixels (a windowed or "
                 "decimated read needs the Raster of exactly that read)."

@@ -14,6 +14,11 @@ from typing import Any
 
 import numpy as np
 
+if __package__:  # inside napari_sam3
+    from napari_sam3.core.errors import BadData, InvalidInput, InvalidType, OutOfRange
+else:  # the copy beside a Triton Python model (sam3-export copies errors.py)
+    from errors import BadData, InvalidInput, InvalidType, OutOfRange
+
 __all__ = [
     "FORMAT_VERSION",
     "HEADER_SIZE",
@@ -81,7 +86,7 @@ def decode_mask(payload: bytes | bytearray | memoryview) -> RleMask:
     """Decode a payload that must hold exactly one mask."""
     masks = decode_masks(payload)
     if len(masks) != 1:
-        raise ValueError(f"payload holds {len(masks)} masks, expected exactly 1")
+        raise InvalidInput(f"payload holds {len(masks)} masks, expected exactly 1")
     return masks.mask(0)
 
 
@@ -99,10 +104,10 @@ class RleMask:
         """A mask from canonical runs (docs/rle.md), which are checked and copied."""
         h, w = (int(v) for v in shape)
         if h < 0 or w < 0:
-            raise ValueError(f"mask shape must be non-negative, got {shape}")
+            raise InvalidInput(f"mask shape must be non-negative, got {shape}")
         values = np.array(runs)
         if values.ndim != 1 or (values.size and not np.issubdtype(values.dtype, np.integer)):
-            raise ValueError("runs must be a 1-D sequence of integers")
+            raise InvalidInput("runs must be a 1-D sequence of integers")
         values = values.astype(np.int64)
         counts = np.array([values.size], dtype=np.int64)
         _check_runs(values, counts, h * w, f"{h}x{w}", what="invalid runs")
@@ -143,7 +148,7 @@ class RleMask:
         h, w = (int(v) for v in shape)
         ph, pw = pixels.shape
         if row < 0 or col < 0 or row + ph > h or col + pw > w:
-            raise ValueError(
+            raise InvalidInput(
                 f"a crop of {ph}x{pw} at row {row}, column {col} does not fit a mask of {h}x{w}"
             )
         starts, ends = _band_intervals(pixels, int(row) * w + int(col), w)
@@ -159,9 +164,9 @@ class RleMask:
         s = np.asarray(starts, dtype=np.int64).reshape(-1)
         e = np.asarray(ends, dtype=np.int64).reshape(-1)
         if s.shape != e.shape or np.any(e <= s) or np.any(s[1:] < e[:-1]):
-            raise ValueError("intervals must be sorted, disjoint and non-empty")
+            raise InvalidInput("intervals must be sorted, disjoint and non-empty")
         if s.size and (s[0] < 0 or e[-1] > h * w):
-            raise ValueError(f"intervals reach outside a mask of {h}x{w} pixels")
+            raise InvalidInput(f"intervals reach outside a mask of {h}x{w} pixels")
         if s.size:
             join = e[:-1] == s[1:]
             s, e = s[np.concatenate([[True], ~join])], e[np.concatenate([~join, [True]])]
@@ -249,7 +254,7 @@ class RleMask:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:
-            raise ValueError("an RleMask has no pixel array to share; it always builds one")
+            raise InvalidInput("an RleMask has no pixel array to share; it always builds one")
         dense = self.to_dense()
         return dense if dtype is None else dense.astype(dtype)
 
@@ -279,7 +284,7 @@ class RleMasks:
     """
 
     def __init__(self) -> None:
-        raise TypeError("use decode_masks(), RleMasks.from_dense() or RleMasks.stack()")
+        raise InvalidType("use decode_masks(), RleMasks.from_dense() or RleMasks.stack()")
 
     @classmethod
     def _from_runs(cls, runs: np.ndarray, counts: np.ndarray, shape: tuple[int, int]) -> RleMasks:
@@ -333,7 +338,7 @@ class RleMasks:
             pixels = _check_dense(pixels, ndim=2)
             ph, pw = pixels.shape
             if row < 0 or col < 0 or row + ph > h or col + pw > w:
-                raise ValueError(
+                raise InvalidInput(
                     f"a crop of {ph}x{pw} at row {row}, column {col} does not fit a mask of {h}x{w}"
                 )
             ys = np.flatnonzero(pixels.any(axis=1))
@@ -407,14 +412,14 @@ class RleMasks:
         masks = list(masks)
         for m in masks:
             if not isinstance(m, RleMask):
-                raise ValueError(f"expected RleMask objects, got {type(m).__name__}")
+                raise InvalidInput(f"expected RleMask objects, got {type(m).__name__}")
         shapes = {m.shape for m in masks}
         if shape is not None:
             shapes.add((int(shape[0]), int(shape[1])))
         if len(shapes) > 1:
-            raise ValueError(f"masks of different shapes cannot be stacked: {sorted(shapes)}")
+            raise InvalidInput(f"masks of different shapes cannot be stacked: {sorted(shapes)}")
         if not shapes:
-            raise ValueError("stacking zero masks needs an explicit shape")
+            raise InvalidInput("stacking zero masks needs an explicit shape")
         (out_shape,) = shapes
         if not masks:
             return cls._from_runs(np.zeros(0, np.int64), np.zeros(0, np.int64), out_shape)
@@ -550,10 +555,10 @@ class RleMasks:
         if idx.size == 0:
             idx = idx.astype(np.int64)
         if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError("indices must be a 1-D sequence of integers")
+            raise InvalidInput("indices must be a 1-D sequence of integers")
         n = len(self)
         if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise ValueError(f"index out of range for {n} masks")
+            raise InvalidInput(f"index out of range for {n} masks")
         idx = np.where(idx < 0, idx + n, idx).astype(np.int64)
         counts = self._counts[idx]
         is_range = bool(idx.size) and bool(np.all(np.diff(idx) == 1))
@@ -599,7 +604,7 @@ class RleMasks:
         shape = (int(shape[0]), int(shape[1]))
         for b in batches:
             if b.shape != shape:
-                raise ValueError(f"masks of {b.shape} cannot join a batch of {shape}")
+                raise InvalidInput(f"masks of {b.shape} cannot join a batch of {shape}")
         if len(batches) == 1:
             return batches[0]
         empty = np.zeros(0, np.int64)
@@ -653,10 +658,10 @@ class RleMasks:
 
     def _check_index(self, i: int) -> int:
         if isinstance(i, bool) or not isinstance(i, int | np.integer):
-            raise TypeError(f"mask index must be an integer, got {type(i).__name__}")
+            raise InvalidType(f"mask index must be an integer, got {type(i).__name__}")
         n = len(self)
         if not -n <= i < n:
-            raise IndexError(f"mask index {i} out of range for {n} masks")
+            raise OutOfRange(f"mask index {i} out of range for {n} masks")
         return int(i) % n
 
     def _local_run_index(self) -> np.ndarray:
@@ -677,7 +682,7 @@ class RlePayload:
 
     def __init__(self, masks: RleMasks) -> None:
         if not isinstance(masks, RleMasks):
-            raise ValueError(f"RlePayload holds RleMasks, got {type(masks).__name__}")
+            raise InvalidInput(f"RlePayload holds RleMasks, got {type(masks).__name__}")
         self.masks = masks
         self._bytes: bytes | None = None
 
@@ -711,12 +716,12 @@ def _check_claim(
 ) -> None:
     """Refuse a batch of another frame or more masks than the request can produce."""
     if shape is not None and (h, w) != (int(shape[0]), int(shape[1])):
-        raise ValueError(
+        raise BadData(
             f"RLE payload claims masks of {h}x{w}, but this request makes "
             f"{int(shape[0])}x{int(shape[1])} masks: refused (wrong or corrupt server answer)"
         )
     if max_count is not None and n > max_count:
-        raise ValueError(
+        raise BadData(
             f"RLE payload claims {n} masks, but this request makes at most {max_count}: "
             "refused (wrong or corrupt server answer)"
         )
@@ -733,14 +738,14 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 
 def _check_dense(masks: Any, ndim: int) -> np.ndarray:
     if not isinstance(masks, np.ndarray):
-        raise ValueError(f"masks must be a numpy array, got {type(masks).__name__}")
+        raise InvalidInput(f"masks must be a numpy array, got {type(masks).__name__}")
     if masks.dtype != np.bool_:
-        raise ValueError(f"masks must have dtype bool, got {masks.dtype}")
+        raise InvalidInput(f"masks must have dtype bool, got {masks.dtype}")
     if masks.ndim != ndim:
         layout = "[N, H, W]" if ndim == 3 else "[H, W]"
-        raise ValueError(f"masks must be {ndim}-D {layout}, got shape {masks.shape}")
+        raise InvalidInput(f"masks must be {ndim}-D {layout}, got shape {masks.shape}")
     if any(d > _U32_MAX for d in masks.shape):
-        raise ValueError(f"mask dimensions must fit in 32 bits, got {masks.shape}")
+        raise InvalidInput(f"mask dimensions must fit in 32 bits, got {masks.shape}")
     return np.ascontiguousarray(masks)
 
 
@@ -910,7 +915,7 @@ def _bboxes_from_intervals(
 
 def _pack(runs: np.ndarray, counts: np.ndarray, n: int, h: int, w: int) -> bytes:
     if n > _U32_MAX or h > _U32_MAX or w > _U32_MAX:
-        raise ValueError(f"N, H and W must fit in 32 bits, got {(n, h, w)}")
+        raise InvalidInput(f"N, H and W must fit in 32 bits, got {(n, h, w)}")
     values = np.concatenate([np.asarray(counts, np.int64), np.asarray(runs, np.int64)])
     body = _leb128_encode(values).tobytes()
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, 0, n, h, w, 0, len(body))
@@ -924,38 +929,36 @@ def _unpack(
     max_count: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     if not isinstance(payload, bytes | bytearray | memoryview):
-        raise ValueError(f"payload must be bytes, got {type(payload).__name__}")
+        raise InvalidInput(f"payload must be bytes, got {type(payload).__name__}")
     buf = memoryview(payload).cast("B")
     if len(buf) < HEADER_SIZE:
-        raise ValueError(f"RLE payload truncated: {len(buf)} bytes, header needs {HEADER_SIZE}")
+        raise BadData(f"RLE payload truncated: {len(buf)} bytes, header needs {HEADER_SIZE}")
     magic, version, flags, reserved, n, h, w, crc, body_len = _HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
-        raise ValueError(f"not an RLE mask payload: magic {magic!r}, expected {MAGIC!r}")
+        raise BadData(f"not an RLE mask payload: magic {magic!r}, expected {MAGIC!r}")
     if version != FORMAT_VERSION:
-        raise ValueError(
+        raise BadData(
             f"unsupported RLE format version {version} (this reader knows {FORMAT_VERSION})"
         )
     if flags != 0 or reserved != 0:
-        raise ValueError(f"RLE header has unknown flags {flags:#x} / reserved {reserved:#x}")
+        raise BadData(f"RLE header has unknown flags {flags:#x} / reserved {reserved:#x}")
     _check_claim(n, h, w, shape, max_count)
     if len(buf) != HEADER_SIZE + body_len:
         what = "truncated" if len(buf) < HEADER_SIZE + body_len else "has trailing bytes"
-        raise ValueError(
-            f"RLE payload {what}: {len(buf)} bytes, header says {HEADER_SIZE + body_len}"
-        )
+        raise BadData(f"RLE payload {what}: {len(buf)} bytes, header says {HEADER_SIZE + body_len}")
     hw = h * w
     if n * hw >= _MAX_TOTAL_PIXELS:
-        raise ValueError(f"RLE batch too large: {n} masks of {h}x{w}")
+        raise BadData(f"RLE batch too large: {n} masks of {h}x{w}")
     body = np.frombuffer(buf, dtype=np.uint8, offset=HEADER_SIZE)
     if zlib.crc32(buf[HEADER_SIZE:], zlib.crc32(buf[:_CRC_COVERS])) != crc:
-        raise ValueError("RLE payload corrupt: checksum mismatch")
+        raise BadData("RLE payload corrupt: checksum mismatch")
     values = _leb128_decode(body)
     if values.size < n:
-        raise ValueError(f"RLE payload corrupt: {values.size} values, fewer than {n} run counts")
+        raise BadData(f"RLE payload corrupt: {values.size} values, fewer than {n} run counts")
     counts, runs = values[:n], values[n:]
     # Checking the largest count first keeps the sum below n * runs.size (no overflow).
     if (n and counts.max() > runs.size) or counts.sum() != runs.size:
-        raise ValueError(f"RLE payload corrupt: run counts do not match the {runs.size} runs")
+        raise BadData(f"RLE payload corrupt: run counts do not match the {runs.size} runs")
     _check_runs(runs, counts, hw, f"{h}x{w}")
     return runs, counts, n, h, w
 
@@ -966,26 +969,26 @@ def _check_runs(
     """Raise ValueError unless ``runs`` split by ``counts`` are canonical masks of ``hw`` pixels."""
     if hw == 0:
         if runs.size:
-            raise ValueError(f"{what}: runs present for masks with zero pixels")
+            raise InvalidInput(f"{what}: runs present for masks with zero pixels")
         return
     if counts.size and counts.min() < 1:
-        raise ValueError(f"{what}: a mask has no runs")
+        raise InvalidInput(f"{what}: a mask has no runs")
     if runs.size and (runs.min() < 0 or runs.max() > hw):
-        raise ValueError(f"{what}: a run is negative or longer than {size}")
+        raise InvalidInput(f"{what}: a run is negative or longer than {size}")
     offsets = np.cumsum(counts) - counts
     first = np.zeros(runs.size, dtype=bool)
     first[offsets] = True
     if np.any((runs == 0) & ~first):
-        raise ValueError(f"{what}: zero-length run after a mask's first run")
+        raise InvalidInput(f"{what}: zero-length run after a mask's first run")
     # Runs are non-negative, so no partial sum exceeds the total; a total far above N*H*W
     # (possible in a corrupt payload) could wrap int64 and must be caught before summing.
     if runs.sum(dtype=np.float64) > 2.0 * _MAX_TOTAL_PIXELS:
-        raise ValueError(f"{what}: runs cover far more than {counts.size} masks")
+        raise InvalidInput(f"{what}: runs cover far more than {counts.size} masks")
     cumulative = np.concatenate([[0], np.cumsum(runs)])
     sums = cumulative[offsets + counts] - cumulative[offsets]
     if np.any(sums != hw):
         bad = int(np.flatnonzero(sums != hw)[0])
-        raise ValueError(f"{what}: runs of mask {bad} cover {sums[bad]} pixels, expected {hw}")
+        raise InvalidInput(f"{what}: runs of mask {bad} cover {sums[bad]} pixels, expected {hw}")
 
 
 def _leb128_encode(values: np.ndarray) -> np.ndarray:
@@ -1028,16 +1031,16 @@ def _leb128_decode(body: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     last = body < 0x80
     if not last[-1]:
-        raise ValueError("RLE payload corrupt: truncated varint at the end of the body")
+        raise BadData("RLE payload corrupt: truncated varint at the end of the body")
     ends = np.flatnonzero(last)
     starts = np.concatenate([[0], ends[:-1] + 1])
     lengths = ends - starts + 1
     if lengths.max() == 1:
         return body.astype(np.int64)
     if lengths.max() > _MAX_VARINT_BYTES:
-        raise ValueError(f"RLE payload corrupt: varint longer than {_MAX_VARINT_BYTES} bytes")
+        raise BadData(f"RLE payload corrupt: varint longer than {_MAX_VARINT_BYTES} bytes")
     if np.any((lengths > 1) & (body[ends] == 0)):
-        raise ValueError("RLE payload corrupt: non-canonical (overlong) varint")
+        raise BadData("RLE payload corrupt: non-canonical (overlong) varint")
     values = (body[starts] & 0x7F).astype(np.int64)
     for k in range(1, int(lengths.max())):
         sel = np.flatnonzero(lengths > k)

@@ -28,6 +28,11 @@ try:
 except ImportError:  # the numpy reference code runs instead
     numba = None
 
+if __package__:  # inside napari_sam3
+    from napari_sam3.core.errors import InvalidInput
+else:  # the copy beside a Triton Python model (sam3-export copies errors.py)
+    from errors import InvalidInput
+
 AVAILABLE = numba is not None
 ENABLED = AVAILABLE
 
@@ -75,7 +80,7 @@ def set_threads(threads: int) -> None:
     global _thread_limit
     threads = int(threads)
     if threads < 0:
-        raise ValueError(f"threads must be >= 0 (0: every CPU), got {threads}")
+        raise InvalidInput(f"threads must be >= 0 (0: every CPU), got {threads}")
     with _pool_lock:
         _thread_limit = threads  # the next spread makes a pool of the new size if it differs
 

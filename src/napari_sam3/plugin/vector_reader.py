@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.core.formats import NAPARI_VECTOR_INPUTS
 from napari_sam3.plugin.georef import crs_text
 from napari_sam3.plugin.reader import METADATA_VERSION, SAM3_KEY, WORLD_CONVENTION, LayerData
@@ -92,5 +93,5 @@ def vector_layers(path: str | os.PathLike, crs: Any = None) -> list[LayerData]:
         }
         layers.append((data, kwargs, "points"))
     if not layers:
-        raise ValueError(f"{path} holds no polygons, lines or points to show")
+        raise InvalidInput(f"{path} holds no polygons, lines or points to show")
     return layers

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from napari_sam3.core.columns import RESULT_COLUMNS
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.masks.protocol import Crop, LazyMask
 from napari_sam3.masks.rle import RleMask
 from napari_sam3.plugin.georef import georeferencing, transform_from_layer
@@ -161,7 +162,7 @@ def _labels_2d(data: Any, attributes: dict[str, Any]) -> np.ndarray:
     labels = np.squeeze(labels) if labels.ndim > 2 else labels
     if labels.ndim != 2:
         name = attributes.get("name", "the layer")
-        raise ValueError(
+        raise InvalidInput(
             f"{name} has shape {np.shape(data)}: only 2-D labels can be written as a map"
         )
     return labels

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from napari_sam3.core import contract, validate
+from napari_sam3.core.errors import BadData, InvalidInput, InvalidType
 from napari_sam3.core.files import read_small_file
 
 FORMAT = "napari-sam3/concept"
@@ -72,7 +73,7 @@ class Concept:
         specs = {s.name: s for s in contract.concept_specs(manifest.sizes)}
         missing = [n for n in specs if n not in self.tensors_]
         if missing:
-            raise ValueError(f"{where} lacks the tensor {missing[0]}; re-encode the exemplars")
+            raise BadData(f"{where} lacks the tensor {missing[0]}; re-encode the exemplars")
         out = {}
         for name_, spec in specs.items():
             value = np.asarray(self.tensors_[name_])
@@ -93,7 +94,7 @@ class Concept:
 
     def check_model(self, model_id: str) -> None:
         if model_id != self.model_id:
-            raise ValueError(
+            raise InvalidInput(
                 f"concept {self.name or '(unnamed)'} was encoded with model {self.model_id[:12]}, "
                 f"but this client runs model {model_id[:12]}: re-encode the exemplars with this model"
             )
@@ -135,7 +136,7 @@ class Concept:
         them again in `inputs` before every use).
         """
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"Concept.from_bytes takes bytes, got {type(data).__name__}")
+            raise InvalidType(f"Concept.from_bytes takes bytes, got {type(data).__name__}")
         return _read(bytes(data), source, manifest)
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
@@ -164,13 +165,13 @@ class Concept:
 # reading
 
 
-class _Refused(ValueError):
+class _BadConceptFile(BadData):
     """A concept file found malformed (a ValueError naming the file and the problem)."""
 
 
 def _read(data: bytes, source: str, manifest: contract.Manifest | None) -> Concept:
     def bad(problem: str) -> ValueError:
-        return _Refused(f"{source}: not a usable napari-sam3 concept file ({problem})")
+        return _BadConceptFile(f"{source}: not a usable napari-sam3 concept file ({problem})")
 
     if not data:
         raise bad("the file is empty")
@@ -264,7 +265,7 @@ def _read_entry(
             elif version in ((2, 0), (3, 0)):
                 header = np.lib.format.read_array_header_2_0(stream, max_header_size=2048)
             else:
-                raise ValueError(f"unknown .npy version {version}")
+                raise BadData(f"unknown .npy version {version}")
             shape_, fortran, dtype = header
             if dtype.hasobject:
                 raise bad(f"entry {name} holds Python objects (pickles are refused)")
@@ -273,7 +274,7 @@ def _read_entry(
             if nbytes > max_bytes:
                 raise bad(f"entry {name} claims {nbytes:,} bytes, over the {max_bytes:,} allowed")
             raw = stream.read(nbytes + 1)
-    except _Refused:
+    except _BadConceptFile:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as error:
         raise bad(f"entry {name} is not a readable array: {error}") from None
@@ -285,7 +286,7 @@ def _read_entry(
 
 def _check_array(where, name, dtype, shape, expected, bad=None) -> None:
     def fail(problem: str) -> ValueError:
-        return bad(problem) if bad is not None else ValueError(f"{where}: {problem}")
+        return bad(problem) if bad is not None else InvalidInput(f"{where}: {problem}")
 
     want = _DTYPES.get(name)
     if want is not None and np.dtype(dtype) != want:

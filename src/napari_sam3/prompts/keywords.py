@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from napari_sam3.core.errors import InvalidType
+
 _SEPARATORS = re.compile(r"[,;\r\n]+")
 
 
@@ -19,7 +21,7 @@ def parse_keywords(text: str | None) -> list[str]:
     if text is None:
         return []
     if not isinstance(text, str):
-        raise TypeError(
+        raise InvalidType(
             f"keywords must be text such as 'building, road', got {type(text).__name__}"
         )
     kept: dict[str, str] = {}

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from napari_sam3.core import validate
-from napari_sam3.core.errors import InvalidInput
+from napari_sam3.core.errors import InvalidInput, InvalidType
 from napari_sam3.prompts.concept import Concept
 from napari_sam3.prompts.keywords import parse_keywords
 
@@ -265,7 +265,7 @@ class Query:
 _KEYWORDS_TYPE = "keywords must be a list of strings, e.g. ['building', 'road']"
 
 
-class _WrongType(InvalidInput, TypeError):
+class _WrongType(InvalidInput, InvalidType):
     """A value of the wrong kind (a single string where a list of keywords belongs)."""
 
 

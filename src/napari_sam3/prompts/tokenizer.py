@@ -25,6 +25,8 @@ import numpy as np
 import regex
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
+from napari_sam3.core.errors import InvalidInput, InvalidType, RunFailed
+
 __all__ = [
     "CONTEXT_LENGTH",
     "EOT_ID",
@@ -84,7 +86,7 @@ def _bpe_tokenizer() -> Tokenizer:
     tokens += [SOT_TOKEN, EOT_TOKEN]
     vocab = {tok: i for i, tok in enumerate(tokens)}
     if len(vocab) != VOCAB_SIZE or vocab[SOT_TOKEN] != SOT_ID or vocab[EOT_TOKEN] != EOT_ID:
-        raise RuntimeError(f"{_VOCAB_FILE} is not the CLIP BPE vocabulary SAM3 uses")
+        raise RunFailed(f"{_VOCAB_FILE} is not the CLIP BPE vocabulary SAM3 uses")
 
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, end_of_word_suffix="</w>"))
     # Words arrive already split by _SPLIT; only the byte-to-symbol mapping is left to do.
@@ -117,19 +119,19 @@ def _as_texts(text: object) -> list[str]:
     if isinstance(text, str):
         return [text]
     if isinstance(text, bytes | bytearray | memoryview):
-        raise TypeError(
+        raise InvalidType(
             f"tokenize() takes str or a sequence of str, got {type(text).__name__}; decode it first"
         )
     if isinstance(text, np.ndarray):
         if text.ndim != 1:
-            raise TypeError(f"tokenize() takes a 1-D array of str, got a {text.ndim}-D array")
+            raise InvalidType(f"tokenize() takes a 1-D array of str, got a {text.ndim}-D array")
         text = text.tolist()
     if not isinstance(text, Sequence):
-        raise TypeError(f"tokenize() takes str or a sequence of str, got {type(text).__name__}")
+        raise InvalidType(f"tokenize() takes str or a sequence of str, got {type(text).__name__}")
     texts = list(text)
     for i, item in enumerate(texts):
         if not isinstance(item, str):
-            raise TypeError(f"tokenize() takes str items, but item {i} is {type(item).__name__}")
+            raise InvalidType(f"tokenize() takes str items, but item {i} is {type(item).__name__}")
     return texts
 
 
@@ -150,10 +152,12 @@ def tokenize(text: str | Sequence[str], context_length: int = CONTEXT_LENGTH) ->
         ValueError: ``context_length`` < 2.
     """
     if isinstance(context_length, bool) or not isinstance(context_length, int | np.integer):
-        raise TypeError(f"context_length must be an int, got {type(context_length).__name__}")
+        raise InvalidType(f"context_length must be an int, got {type(context_length).__name__}")
     context_length = int(context_length)
     if context_length < 2:
-        raise ValueError(f"context_length must be at least 2 (start and end), got {context_length}")
+        raise InvalidInput(
+            f"context_length must be at least 2 (start and end), got {context_length}"
+        )
 
     texts = _as_texts(text)
     out = np.full((len(texts), context_length), PAD_ID, dtype=np.int64)

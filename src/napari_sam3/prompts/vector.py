@@ -25,7 +25,7 @@ import pandas as pd
 import pyproj
 from rasterio.transform import Affine
 
-from napari_sam3.core.errors import RefusedError
+from napari_sam3.core.errors import BadData, InvalidInput, InvalidType, MissingFile, RefusedError
 from napari_sam3.core.formats import read_vector_file
 from napari_sam3.imagery.raster import Raster, RasterInfo, raster_info
 
@@ -73,16 +73,16 @@ def read_vectors(source: Any, crs: Any = None) -> gpd.GeoDataFrame:
         path = Path(source)
         name = str(path)
         if not path.exists():
-            raise FileNotFoundError(f"vector file {path} does not exist")
+            raise MissingFile(f"vector file {path} does not exist")
         try:
             gdf = read_vector_file(path)
         except Exception as exc:  # pyogrio, pyarrow and GDAL raise many kinds
-            raise ValueError(
+            raise BadData(
                 f"cannot read vector file {path}: {type(exc).__name__}: {exc}. Give a valid "
                 f"GeoPackage, Shapefile, GeoJSON, GeoParquet or FlatGeobuf file"
             ) from exc
     else:
-        raise TypeError(
+        raise InvalidType(
             "exemplars must be a vector file's path, a GeoDataFrame or a VectorPrompt, got "
             f"{type(source).__name__}"
         )
@@ -90,16 +90,16 @@ def read_vectors(source: Any, crs: Any = None) -> gpd.GeoDataFrame:
         try:
             given = pyproj.CRS.from_user_input(crs)
         except pyproj.exceptions.CRSError as exc:
-            raise ValueError(f"exemplars CRS {crs!r} is not a CRS pyproj understands") from exc
+            raise InvalidInput(f"exemplars CRS {crs!r} is not a CRS pyproj understands") from exc
         if gdf.crs is None:
             gdf = gdf.set_crs(given)
         elif not gdf.crs.equals(given):
-            raise ValueError(
+            raise InvalidInput(
                 f"{name} already has the CRS {gdf.crs.to_string()}; the CRS given for it "
                 f"({given.to_string()}) is only for files without one"
             )
     if gdf.crs is None:
-        raise ValueError(
+        raise InvalidInput(
             f"{name} has no CRS, so its coordinates cannot be placed on the raster; say which "
             "CRS they are in (--exemplars-crs EPSG:4326, or crs= in the library), or fix the "
             "file (e.g. add its .prj)"
@@ -113,7 +113,7 @@ def _to_crs(gdf: Any, crs: pyproj.CRS, name: str) -> Any:
     try:
         return gdf.to_crs(crs)
     except pyproj.exceptions.ProjError:
-        raise ValueError(
+        raise InvalidInput(
             f"{name} cannot be reprojected from {gdf.crs.name!r} to the raster's CRS "
             f"{crs.name!r} (a local CRS has no transformation to any other): give the "
             "exemplars in the raster's own CRS, or georeference the raster"
@@ -124,12 +124,12 @@ def _georeference(raster: Any) -> tuple[pyproj.CRS, Affine, tuple[int, int]]:
     if isinstance(raster, str | os.PathLike | list | tuple):
         raster = raster_info(raster)
     if not isinstance(raster, Raster | RasterInfo):
-        raise TypeError(
+        raise InvalidType(
             "prompts from vector data need the raster's georeferencing: give a raster path, a "
             f"Raster (read_raster) or a RasterInfo, not {type(raster).__name__}"
         )
     if raster.crs is None:
-        raise ValueError(
+        raise InvalidInput(
             f"the raster {raster.path} has no CRS, so vector prompts cannot be placed on it; "
             "give pixel boxes instead"
         )
@@ -141,7 +141,7 @@ def _labels(gdf: gpd.GeoDataFrame, column: str | None, name: str) -> np.ndarray:
     if column is None:
         return np.ones(len(gdf), np.int64)
     if column not in gdf.columns:
-        raise ValueError(
+        raise InvalidInput(
             f"{name} has no column {column!r}; its columns: "
             f"{[c for c in gdf.columns if c != gdf.geometry.name]}"
         )
@@ -157,7 +157,7 @@ def _labels(gdf: gpd.GeoDataFrame, column: str | None, name: str) -> np.ndarray:
         elif text in _NEGATIVE:
             out[i] = 0
         else:
-            raise ValueError(
+            raise InvalidInput(
                 f"{name}, row {i}: label {value!r} in column {column!r} is neither positive "
                 "(1, true, positive, +) nor negative (0, false, negative, -)"
             )
@@ -171,7 +171,7 @@ def _refuse_types(gdf: gpd.GeoDataFrame, allowed: set[str], what: str, hint: str
     bad = types[~types.isin(allowed)].value_counts()
     if len(bad):
         counts = ", ".join(f"{n} {t}" for t, n in bad.items())
-        raise ValueError(
+        raise InvalidInput(
             f"{what}: only {' / '.join(sorted(allowed))} geometries can be used, and it also "
             f"holds {counts}. {hint}"
         )
@@ -200,7 +200,7 @@ def exemplar_boxes(
     gdf = read_vectors(exemplars, crs)
     name = source_name(exemplars)
     if not len(gdf):
-        raise ValueError(f"{name} holds no geometries to use as exemplars")
+        raise InvalidInput(f"{name} holds no geometries to use as exemplars")
     _refuse_types(
         gdf,
         _POLYGONS,
@@ -255,7 +255,7 @@ def interactive_points(
     px, py = _pixels(transform, parts.geometry.x.to_numpy(), parts.geometry.y.to_numpy())
     outside = ~((px >= 0) & (px < cols) & (py >= 0) & (py < rows))
     if outside.any():
-        raise ValueError(
+        raise InvalidInput(
             f"{int(outside.sum())} of {len(px)} points from {name} fall outside the raster "
             f"({cols} x {rows} pixels, {raster_crs.to_string()})"
         )
@@ -298,7 +298,7 @@ def georeferenced(image: Any) -> Any:
         return raster_info(image)
     if isinstance(image, Raster | RasterInfo):
         return image
-    raise TypeError(
+    raise InvalidType(
         "vector exemplars are in map coordinates, so the image must be georeferenced: give the "
         f"raster's path or a Raster from read_raster, not a {type(image).__name__} (or give "
         "pixel exemplar_boxes)"

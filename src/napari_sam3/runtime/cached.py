@@ -35,6 +35,7 @@ import numpy as np
 
 if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
     from napari_sam3.core import contract, validate
+    from napari_sam3.core.errors import InvalidInput
     from napari_sam3.masks import rle
     from napari_sam3.runtime import postprocess as post
 else:  # the copies beside the Triton model, where siblings are plain modules
@@ -42,6 +43,7 @@ else:  # the copies beside the Triton model, where siblings are plain modules
     import postprocess as post
     import rle
     import validate
+    from errors import InvalidInput
 
 OPS = ("ground", "concept", "interactive", "encode", "info", "clear")
 HIT, MISS, ENCODED = "hit", "miss", "encoded"
@@ -120,7 +122,7 @@ class ByteLRU:
 
     def _checked(self, max_bytes: int) -> int:
         if max_bytes < self.item_bytes:
-            raise ValueError(
+            raise InvalidInput(
                 f"cache bound {max_bytes} bytes holds no {self.what or 'entry'}: one needs "
                 f"{self.item_bytes} bytes ({self.item_bytes / 1e6:.1f} MB); raise the bound to at "
                 "least that"
@@ -247,7 +249,7 @@ def _string(inputs: dict, name: str) -> str | None:
         return None
     value = np.asarray(inputs[name]).reshape(-1)
     if value.size != 1:
-        raise ValueError(f"{name} must hold one string")
+        raise InvalidInput(f"{name} must hold one string")
     text = value[0]
     text = text.decode() if isinstance(text, bytes) else str(text)
     return text or None
@@ -259,7 +261,7 @@ def _rows(value, n: int, name: str) -> np.ndarray:
         return value
     if len(value) == 1:
         return np.repeat(value, n, axis=0)
-    raise ValueError(f"{name} has {len(value)} rows; send 1 or one per query ({n})")
+    raise InvalidInput(f"{name} has {len(value)} rows; send 1 or one per query ({n})")
 
 
 def _digest(*arrays) -> str:
@@ -298,13 +300,15 @@ class Logic:
         given = _string(inputs, contract.IMAGE_ID)
         if contract.IMAGES not in inputs:
             if given is None:
-                raise ValueError(f"send {contract.IMAGES} or the {contract.IMAGE_ID} of a held one")
+                raise InvalidInput(
+                    f"send {contract.IMAGES} or the {contract.IMAGE_ID} of a held one"
+                )
             features = self.features.get(given)
             return given, features, HIT if features is not None else MISS
         images = np.asarray(inputs[contract.IMAGES])
         key = image_key(images, self.model_id)
         if given is not None and given != key:
-            raise ValueError(
+            raise InvalidInput(
                 f"{contract.IMAGE_ID} {given[:12]}... is not the key of the pixels sent "
                 f"({key[:12]}... for model {self.model_id[:12]}); compute it with "
                 "napari_sam3's image_key and this model's id"
@@ -337,7 +341,7 @@ class Logic:
     def _run(self, inputs: dict, call, outputs=None) -> dict:
         op = _string(inputs, contract.CACHE_OP)
         if op not in OPS:
-            raise ValueError(f"{contract.CACHE_OP} must be one of {', '.join(OPS)}, got {op!r}")
+            raise InvalidInput(f"{contract.CACHE_OP} must be one of {', '.join(OPS)}, got {op!r}")
         if op == "clear":
             self.features.clear()
             self.heads.clear()
@@ -363,10 +367,10 @@ class Logic:
     def _ground(self, key: str, vision: dict, inputs: dict, call) -> dict:
         tokens = np.asarray(inputs.get(contract.TOKEN_IDS), np.int64)
         if tokens.ndim != 2 or len(tokens) == 0:
-            raise ValueError(f"{contract.TOKEN_IDS} must be [N, {contract.TEXT_TOKENS}], N >= 1")
+            raise InvalidInput(f"{contract.TOKEN_IDS} must be [N, {contract.TEXT_TOKENS}], N >= 1")
         n = len(tokens)
         if n > self.max_keywords:
-            raise ValueError(f"at most {self.max_keywords} queries per request, got {n}")
+            raise InvalidInput(f"at most {self.max_keywords} queries per request, got {n}")
         exemplars = self._exemplars(inputs, n)
         concepts = concept_inputs(inputs, n)
         first_concept = n - len(concepts)
@@ -428,7 +432,7 @@ class Logic:
                 contract.EXEMPLAR_VALID: np.zeros((n, self.slots), np.bool_),
             }
         if len(present) != 3:
-            raise ValueError(f"send all of {', '.join(names)}, or none")
+            raise InvalidInput(f"send all of {', '.join(names)}, or none")
         return {
             name: _rows(np.asarray(inputs[name], dtype), n, name)
             for name, dtype in zip(names, dtypes, strict=True)
@@ -458,7 +462,7 @@ class Logic:
         if contract.PVS_GRID_COORDS in inputs:
             out.update(decode_grid(features, inputs, call, self.grid_batch))
         if not out:
-            raise ValueError("an interactive request needs a prompt or grid_coords")
+            raise InvalidInput("an interactive request needs a prompt or grid_coords")
         return out
 
     def close(self) -> None:
@@ -471,7 +475,7 @@ def decode_click(features: dict, inputs: dict, call, image_size: int, masks: boo
     full-size masks too unless `masks` is False (low-res logits and IoUs only)."""
     missing = [n for n in contract.PVS_PROMPTS if n not in inputs]
     if missing:
-        raise ValueError(f"a prompt needs {', '.join(missing)}")
+        raise InvalidInput(f"a prompt needs {', '.join(missing)}")
     prompt = {n: inputs[n] for n in contract.PVS_PROMPTS}
     result = call(contract.PVS_DECODER, {**features, **prompt}, contract.PVS_DECODER_OUTPUTS)
     low_res = np.asarray(result[contract.PVS_DECODER_MASKS], np.float32)
@@ -490,7 +494,7 @@ def decode_grid(features: dict, inputs: dict, call, grid_batch: int) -> dict:
     coords = np.asarray(inputs[contract.PVS_GRID_COORDS], np.float32)
     labels = np.asarray(inputs.get(contract.PVS_GRID_LABELS), np.float32)
     if coords.ndim != 3 or coords.shape[-1] != 2 or labels.shape != coords.shape[:2]:
-        raise ValueError("grid prompts are coords [N, P, 2] with labels [N, P]")
+        raise InvalidInput("grid prompts are coords [N, P, 2] with labels [N, P]")
     low_res, iou = [], []
     b = grid_batch
     for start in range(0, len(coords), b):
@@ -527,13 +531,13 @@ def concept_inputs(inputs: dict, rows: int) -> list[dict]:
     if not present:
         return []
     if len(present) != 2:
-        raise ValueError(f"send both {names[0]} and {names[1]}, or neither")
+        raise InvalidInput(f"send both {names[0]} and {names[1]}, or neither")
     tokens = np.asarray(inputs[names[0]], np.float32)
     padding = np.asarray(inputs[names[1]], np.bool_)
     if len(tokens) != len(padding):
-        raise ValueError(f"{len(tokens)} concept token sets but {len(padding)} padding masks")
+        raise InvalidInput(f"{len(tokens)} concept token sets but {len(padding)} padding masks")
     if len(tokens) > rows:
-        raise ValueError(
+        raise InvalidInput(
             f"{len(tokens)} concepts but only {rows} rows of {contract.TOKEN_IDS}: each concept "
             "needs its text row (the last rows)"
         )

@@ -14,12 +14,14 @@ import numpy as np
 
 if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
     from napari_sam3.core import contract, validate
+    from napari_sam3.core.errors import InvalidInput
     from napari_sam3.masks.rle import RleMasks, RlePayload, as_rle_masks
     from napari_sam3.runtime.cached import concept_inputs
 else:  # the copies beside the Triton model, where siblings are plain modules
     import contract
     import validate
     from cached import concept_inputs
+    from errors import InvalidInput
     from rle import RleMasks, RlePayload, as_rle_masks
 
 OPTIONS = (contract.SCORE_THR, contract.MASK_THR, contract.MAX_DET)
@@ -40,11 +42,13 @@ class Logic:
         validate.model_inputs(inputs, self.manifest)  # the client's rules, before any work
         tokens = np.asarray(inputs[contract.TOKEN_IDS], np.int64)
         if tokens.ndim != 2 or len(tokens) == 0:
-            raise ValueError(
+            raise InvalidInput(
                 f"{contract.TOKEN_IDS} must be [N, {contract.TEXT_TOKENS}] with N >= 1"
             )
         if len(tokens) > self.max_keywords:
-            raise ValueError(f"at most {self.max_keywords} keywords per request, got {len(tokens)}")
+            raise InvalidInput(
+                f"at most {self.max_keywords} keywords per request, got {len(tokens)}"
+            )
         vision = call(
             contract.ENCODER, {contract.IMAGES: inputs[contract.IMAGES]}, contract.GROUNDING_VISION
         )

@@ -10,7 +10,8 @@ encoder), ONNX Runtime where its CUDA provider is present, bf16 only for the gra
 `BF16_GRAPHS` (those whose end-to-end parity bounds were measured to hold in bf16, see
 tests/runtimes) and only on a CPU with native bf16. Each choice carries the reason it was made.
 
-This file is copied beside each Triton Python model, so it imports nothing from napari_sam3.
+This file is copied beside each Triton Python model, so it imports nothing from napari_sam3 but
+its siblings there (host.py, core/errors.py).
 """
 
 from __future__ import annotations
@@ -28,16 +29,11 @@ from pathlib import Path
 import numpy as np
 
 if __package__:  # inside napari_sam3
-    from napari_sam3.core.errors import RefusedError as _Refused
-    from napari_sam3.core.errors import Sam3Error as _Failed
+    from napari_sam3.core.errors import InvalidInput, RunFailed
     from napari_sam3.runtime import host as _host
 else:  # the copy beside a Triton Python model, where its siblings are plain modules
     import host as _host
-
-    class _Refused:  # the copy beside a Triton model knows no napari_sam3 base classes
-        pass
-
-    _Failed = _Refused
+    from errors import InvalidInput, RunFailed
 
 ONNXRUNTIME = "onnxruntime"
 OPENVINO = "openvino"
@@ -78,21 +74,21 @@ SHORT_NAMES = {
 PRECISION_DOC = "docs/serving.md#precision"
 
 
-class PrecisionUnavailable(_Refused, ValueError):
+class PrecisionUnavailable(InvalidInput):
     """bf16 was asked for explicitly where it cannot run natively."""
 
 
-class GraphCompileError(_Failed, RuntimeError):
+class GraphCompileError(RunFailed):
     """A runtime could not load or compile a graph."""
 
 
 def check_choice(runtime: str, precision: str) -> None:
     if runtime not in (*RUNTIMES, AUTO):
-        raise ValueError(
+        raise InvalidInput(
             f"unknown runtime {runtime!r}; choose one of {', '.join((*RUNTIMES, AUTO))}"
         )
     if precision not in (*PRECISIONS, AUTO):
-        raise ValueError(
+        raise InvalidInput(
             f"unknown precision {precision!r}; choose one of {', '.join((*PRECISIONS, AUTO))}"
         )
 
@@ -557,5 +553,5 @@ class Logic:
     def run(self, inputs: dict, call=None, outputs=None) -> dict:
         missing = sorted(set(self.inputs) - set(inputs))
         if missing:
-            raise ValueError(f"missing inputs: {', '.join(missing)}")
+            raise InvalidInput(f"missing inputs: {', '.join(missing)}")
         return self.runner.run({name: np.asarray(inputs[name]) for name in self.inputs})

@@ -12,10 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 if __package__:  # inside napari_sam3 (a real ImportError surfaces as it is)
+    from napari_sam3.core.errors import InvalidInput
     from napari_sam3.masks import rle_kernels
     from napari_sam3.masks.rle import RleMasks, RlePayload
 else:  # the copies beside the Triton model, where siblings are plain modules
     import rle_kernels
+    from errors import InvalidInput
     from rle import RleMasks, RlePayload
 
 DEFAULT_SCORE_THR = 0.5
@@ -47,7 +49,7 @@ def upsample_logits(
     or only its top-left `crop` = (rows, cols) region."""
     logits = np.asarray(logits, dtype=np.float32)
     if logits.ndim != 3:
-        raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
+        raise InvalidInput(f"logits must be [N, h, w], got shape {logits.shape}")
     rows, cols = crop if crop is not None else (size, size)
     _, h, w = logits.shape
     lo, hi, f = axis_weights(h, size, rows)
@@ -112,7 +114,7 @@ def threshold_masks(
     masks picked by `order`)."""
     logits = np.asarray(logits, dtype=np.float32)
     if logits.ndim != 3:
-        raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
+        raise InvalidInput(f"logits must be [N, h, w], got shape {logits.shape}")
     picked = range(len(logits)) if order is None else np.asarray(order, dtype=np.int64)
     if not rle_kernels.ENABLED:
         return RleMasks.from_crops(threshold_crops(logits[picked], size, cut), (size, size))
@@ -133,7 +135,7 @@ def threshold_boxes(logits: np.ndarray, size: int, cut: float) -> np.ndarray:
     where the compiled kernels run: a mask is made only when it is looked at."""
     logits = np.asarray(logits, dtype=np.float32)
     if logits.ndim != 3:
-        raise ValueError(f"logits must be [N, h, w], got shape {logits.shape}")
+        raise InvalidInput(f"logits must be [N, h, w], got shape {logits.shape}")
     if not rle_kernels.ENABLED:
         return np.asarray(threshold_masks(logits, size, cut).bboxes, dtype=np.int64)
     _, h, w = logits.shape
@@ -158,7 +160,7 @@ def scalar(inputs: dict, name: str, default, kind):
         return default
     value = np.asarray(inputs[name]).reshape(-1)
     if value.size != 1:
-        raise ValueError(f"{name} must hold one value, got {value.size}")
+        raise InvalidInput(f"{name} must hold one value, got {value.size}")
     return kind(value[0])
 
 
@@ -182,11 +184,11 @@ def postprocess_masks(
     """`postprocess` with the masks as runs (no bytes). Survivors first: score_thr and max_det
     are decided on the scores alone, and only the detections kept are upsampled and thresholded."""
     if not 0.0 <= score_thr <= 1.0:
-        raise ValueError(f"score_thr must be within [0, 1], got {score_thr}")
+        raise InvalidInput(f"score_thr must be within [0, 1], got {score_thr}")
     if not 0.0 < mask_thr < 1.0:
-        raise ValueError(f"mask_thr must be within (0, 1), got {mask_thr}")
+        raise InvalidInput(f"mask_thr must be within (0, 1), got {mask_thr}")
     if max_det < 0:
-        raise ValueError(f"max_det must be >= 0, got {max_det}")
+        raise InvalidInput(f"max_det must be >= 0, got {max_det}")
     logits = np.asarray(pred_logits, dtype=np.float32).reshape(-1)
     presence = sigmoid(np.asarray(presence_logit).reshape(-1)[:1])
     scores = sigmoid(logits) * presence

@@ -37,7 +37,9 @@ def _bls_call(model_name, inputs, output_names):
     )
     response = request.exec()
     if response.has_error():
-        raise RuntimeError(f"{model_name}: {response.error().message()}")
+        from errors import RunFailed  # beside this file (its folder is on sys.path by now)
+
+        raise RunFailed(f"{model_name}: {response.error().message()}")
     return {
         name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in output_names
     }

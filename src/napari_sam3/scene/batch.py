@@ -35,7 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from napari_sam3.client.connection import ConnectionSpec
-from napari_sam3.core.errors import RefusedError, Sam3Error
+from napari_sam3.core.errors import (
+    BadData,
+    ConnectionFailed,
+    InvalidInput,
+    InvalidType,
+    MissingFile,
+    OutputExists,
+    RefusedError,
+    Sam3Error,
+)
 from napari_sam3.core.files import atomic_write_bytes, remove_temporaries
 from napari_sam3.prompts.query import Query
 from napari_sam3.scene.output import refuse_inputs
@@ -136,7 +145,7 @@ def plan_targets(paths: Sequence[Path], out: Path, fmt: str) -> dict[Path, Path]
 
     targets = {Path(p): out / f"{Path(p).stem}{FORMAT_SUFFIXES[fmt]}" for p in paths}
     if len(set(targets.values())) < len(targets):
-        raise ValueError("two rasters share a file name stem; their outputs would collide")
+        raise InvalidInput("two rasters share a file name stem; their outputs would collide")
     return targets
 
 
@@ -220,9 +229,9 @@ def load_journal(out_dir: Path) -> dict[str, Any]:
     try:
         journal = json.loads(path.read_text())
         if not isinstance(journal, dict) or not isinstance(journal.get("scenes"), dict):
-            raise ValueError("no 'scenes' table")
+            raise InvalidInput("no 'scenes' table")
     except (OSError, ValueError) as error:
-        raise ValueError(
+        raise BadData(
             f"the run journal {path} is unreadable ({error}); remove it to start afresh"
         ) from None
     return journal
@@ -296,27 +305,29 @@ def segment_scenes(
             tile_size, ...).
     """
     if not isinstance(spec, ConnectionSpec):
-        raise TypeError(
+        raise InvalidType(
             "spec must be a napari_sam3.client.connection.ConnectionSpec (picklable: every worker "
             f"connects with it), got {type(spec).__name__}"
         )
     from napari_sam3.core.formats import FORMAT_SUFFIXES
 
     if fmt not in FORMAT_SUFFIXES:
-        raise ValueError(f"fmt must be one of {', '.join(FORMAT_SUFFIXES)}, got {fmt!r}")
+        raise InvalidInput(f"fmt must be one of {', '.join(FORMAT_SUFFIXES)}, got {fmt!r}")
     if workers is not None and scheduler is not None:
-        raise ValueError("give workers (a local cluster) or scheduler (an existing one), not both")
+        raise InvalidInput(
+            "give workers (a local cluster) or scheduler (an existing one), not both"
+        )
     if progress is not None and (workers is not None or scheduler is not None):
-        raise ValueError(
+        raise InvalidInput(
             "progress reports tiles of scenes run in this process: give it without "
             "workers or scheduler"
         )
     if workers is not None and (isinstance(workers, bool) or not 1 <= int(workers) <= 256):
-        raise ValueError(f"workers must be a number of processes 1..256, got {workers!r}")
+        raise InvalidInput(f"workers must be a number of processes 1..256, got {workers!r}")
     inputs = [Path(p).resolve() for p in paths]
     missing = [str(p) for p in inputs if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"no such raster: {', '.join(missing[:3])}")
+        raise MissingFile(f"no such raster: {', '.join(missing[:3])}")
     query, settings = query_and_settings(query, settings, options)
     if query.postprocess is not None and not query.postprocess.steps:
         query = query.replace(postprocess=None)
@@ -350,7 +361,7 @@ def segment_scenes(
                 todo.append(path)
         clash = [p for p in todo if targets[p].exists()]
         if clash and not overwrite:
-            raise FileExistsError(
+            raise OutputExists(
                 f"{', '.join(str(targets[p]) for p in clash[:3])} exists and the journal does "
                 "not show it finished with these options; pass overwrite (--overwrite) to "
                 "replace it"
@@ -468,7 +479,7 @@ def _on_dask(spec, todo, targets, args, retries, workers, scheduler, timeout, fi
                 try:
                     client = stack.enter_context(Client(scheduler, timeout=timeout))
                 except (OSError, TimeoutError) as error:
-                    raise ConnectionError(
+                    raise ConnectionFailed(
                         f"no dask scheduler answers at {scheduler} within {timeout:g} s "
                         f"({error}); start one (`dask scheduler`) or check the address"
                     ) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.masks.protocol import Crop, LazyMask, tight_crop
 from napari_sam3.masks.rle import RleMask
 
@@ -25,7 +26,7 @@ class SceneMask(LazyMask):
         h, w = rle.shape
         rows, cols = (int(v) for v in scene_shape)
         if row < 0 or col < 0 or row + h > rows or col + w > cols:
-            raise ValueError(
+            raise InvalidInput(
                 f"a crop of {h}x{w} at row {row}, column {col} does not fit a scene of "
                 f"{rows}x{cols} pixels"
             )

@@ -14,7 +14,7 @@ import pandas as pd
 import rasterio
 from rasterio.transform import Affine
 
-from napari_sam3.core.errors import RefusedError
+from napari_sam3.core.errors import InvalidInput, InvalidType, OutputExists
 from napari_sam3.imagery.raster import RasterInfo, raster_info
 from napari_sam3.imagery.stac import is_stac
 from napari_sam3.masks.paint import paint_frame
@@ -33,7 +33,7 @@ _GROUP = 32
 _CELL = 512
 
 
-class OutputIsInput(RefusedError, FileExistsError):
+class OutputIsInput(OutputExists):
     """An output path that is one of the run's inputs: never written, whatever overwrite says."""
 
 
@@ -72,7 +72,7 @@ def _scene_info(
     if raster is None or (is_stac(raster) and scene.get("path")):
         # a STAC item: the assets it was segmented from
         if not scene:
-            raise ValueError(
+            raise InvalidInput(
                 "the DataFrame does not say which raster it came from; pass raster= (the scene's "
                 "path or RasterInfo)"
             )
@@ -82,7 +82,7 @@ def _scene_info(
     if len(df):
         shape = df["mask"].iloc[0].shape
         if tuple(shape) != (info.rows, info.cols):
-            raise ValueError(
+            raise InvalidInput(
                 f"the masks are {shape[0]}x{shape[1]} pixels but the raster is "
                 f"{info.rows}x{info.cols}; pass the raster the scene was segmented from"
             )
@@ -92,7 +92,7 @@ def _scene_info(
 def _check_scene_masks(df: pd.DataFrame) -> None:
     bad = [i for i, m in enumerate(df["mask"]) if not isinstance(m, SceneMask)]
     if bad:
-        raise TypeError(
+        raise InvalidType(
             f"rows {bad[:5]} do not hold SceneMask masks; scene_geodataframe takes the result of "
             "segment_scene (for client results use gis.to_geodataframe)"
         )
@@ -129,7 +129,7 @@ def scene_geodataframe(
     from napari_sam3.gis.vector import to_geodataframe
 
     if "mask" not in df.columns:
-        raise ValueError(f"scene_geodataframe needs a 'mask' column; got {list(df.columns)}")
+        raise InvalidInput(f"scene_geodataframe needs a 'mask' column; got {list(df.columns)}")
     _check_scene_masks(df)
     info = _scene_info(df, raster)
     table = df.reset_index(drop=True)
@@ -168,7 +168,7 @@ def scene_labels(df: pd.DataFrame, shape: tuple[int, int] | None = None) -> np.n
     """
     _check_scene_masks(df)
     if shape is None and not len(df):
-        raise ValueError("the DataFrame is empty, so the scene's shape is unknown; pass shape=")
+        raise InvalidInput("the DataFrame is empty, so the scene's shape is unknown; pass shape=")
     return paint_frame(df, shape, "scene_labels")[0]
 
 
@@ -212,7 +212,7 @@ def write_scene(
         labels = scene_labels(df, (info.rows, info.cols))
         with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_BYTES):
             return write_labels_geotiff(labels, path, info, overwrite=overwrite, cog=cog)
-    raise ValueError(
+    raise InvalidInput(
         f"cannot write {path.name!r}: use {', '.join(VECTOR_FORMATS)} (polygons) or "
         f"{', '.join(LABEL_SUFFIXES)} (label raster)"
     )

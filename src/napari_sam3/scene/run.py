@@ -22,6 +22,7 @@ from napari_sam3.client.results import empty_result
 from napari_sam3.client.sam3 import run_query
 from napari_sam3.core import validate
 from napari_sam3.core.columns import SCENE_COLUMNS
+from napari_sam3.core.errors import InvalidType
 from napari_sam3.imagery.raster import (
     BandKey,
     RasterInfo,
@@ -187,27 +188,27 @@ def query_and_settings(
     scene = {k: v for k, v in options.items() if k in SETTINGS_FIELDS}
     unknown = sorted(set(options) - set(asked) - set(scene))
     if unknown:
-        raise TypeError(
+        raise InvalidType(
             f"segment_scene got unknown options {unknown}; a Query takes "
             f"{sorted(_QUERY_OPTIONS)}, SceneSettings {sorted(SETTINGS_FIELDS)}"
         )
     if isinstance(query, Query):
         if asked:
-            raise TypeError(
+            raise InvalidType(
                 f"{sorted(asked)} given beside a Query: put them in the Query (query.replace(...))"
             )
     elif query is None:
         query = Query.of(**asked)
     elif isinstance(query, str):
         if "prompt" in asked:
-            raise TypeError("give the keyword once: as query or as prompt=")
+            raise InvalidType("give the keyword once: as query or as prompt=")
         query = Query.of(prompt=query, **asked)
     else:
-        raise TypeError(f"query must be a Query or a keyword, got {type(query).__name__}")
+        raise InvalidType(f"query must be a Query or a keyword, got {type(query).__name__}")
     if settings is None:
         settings = SceneSettings(**scene)
     elif not isinstance(settings, SceneSettings):
-        raise TypeError(f"settings must be a SceneSettings, got {type(settings).__name__}")
+        raise InvalidType(f"settings must be a SceneSettings, got {type(settings).__name__}")
     elif scene:
         settings = settings.replace(**scene)
     return query, settings
@@ -528,7 +529,7 @@ def _progress(progress: Progress, total: int, name: str) -> Callable[[int | None
         return update
     if callable(progress):
         return lambda done: None if done is None else progress(done, total)
-    raise TypeError(f"progress must be True, False or a callable(done, total), got {progress!r}")
+    raise InvalidType(f"progress must be True, False or a callable(done, total), got {progress!r}")
 
 
 def _source_name(path: Any) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from napari_sam3.core import validate
+from napari_sam3.core.errors import InvalidInput
 
 __all__ = ["GDAL_CACHE_BYTES", "Tile", "tile_grid"]
 
@@ -56,9 +57,9 @@ def tile_grid(rows: int, cols: int, tile_size: int, overlap: int) -> list[Tile]:
     for name, value in (("rows", rows), ("cols", cols), ("tile_size", tile_size)):
         validate.positive_int(name, value)
     if isinstance(overlap, bool) or not isinstance(overlap, int | np.integer):
-        raise ValueError(f"overlap must be a whole number of pixels, got {overlap!r}")
+        raise InvalidInput(f"overlap must be a whole number of pixels, got {overlap!r}")
     if not 0 <= overlap <= tile_size // 2:
-        raise ValueError(
+        raise InvalidInput(
             f"overlap must be between 0 and half the tile ({tile_size // 2} px), got {overlap}"
         )
     tiles = []

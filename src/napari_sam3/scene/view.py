@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery.bands import BandKey
 from napari_sam3.imagery.raster import (
     RasterInfo,
@@ -115,7 +116,7 @@ def _decide(source, info, bands, nodata, gsd, region, stats, percentiles, warn):
     invalid = channels.invalid
     share = 1.0 if invalid is None else 1.0 - float(np.count_nonzero(invalid)) / invalid.size
     if share == 0:
-        raise ValueError(
+        raise InvalidInput(
             f"{_describe_path(info.path)} has no valid pixel ({_rule(info, asked, channels.nodata, None)}"
             f"{'' if region is None else ', in the area of interest'}): nothing to segment; if "
             "the nodata value is wrong, pass another (--nodata VALUE) or none (--nodata none)"
@@ -216,7 +217,7 @@ def write_png(rgb: np.ndarray, path: str | os.PathLike, overwrite: bool = False)
 
     path = Path(path)
     if path.suffix.lower() != ".png":
-        raise ValueError(f"the preview is a PNG; name it ....png, got {path.name}")
+        raise InvalidInput(f"the preview is a PNG; name it ....png, got {path.name}")
     with atomic_path(path, overwrite) as tmp:
         Image.fromarray(rgb).save(tmp, format="PNG")
     return path

@@ -9,6 +9,8 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from napari_sam3.core.errors import MissingFile
+
 STUB_NAME = "triton_python_backend_stub"
 
 
@@ -39,7 +41,7 @@ def find_tritonserver(workdir: Path) -> TritonBinary:
         return TritonBinary(Path(on_path))
     root = _pytriton_root()
     if root is None:
-        raise FileNotFoundError(
+        raise MissingFile(
             "no tritonserver found: put Triton's `tritonserver` on PATH (e.g. run inside the NGC "
             "container nvcr.io/nvidia/tritonserver) or `pip install --no-deps nvidia-pytriton==0.7.0` "
             "for the CPU test server"
@@ -47,7 +49,7 @@ def find_tritonserver(workdir: Path) -> TritonBinary:
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.exists():
-        raise FileNotFoundError(f"nvidia-pytriton has no Python-backend stub for Python {version}")
+        raise MissingFile(f"nvidia-pytriton has no Python-backend stub for Python {version}")
     # The backend looks for its stub beside libtriton_python.so: assemble that folder from links.
     backend_dir = workdir / "backends"
     python_dir = backend_dir / "python"

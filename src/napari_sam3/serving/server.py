@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.errors import Sam3Error, TimedOut
 from napari_sam3.serving.binary import STUB_NAME, TritonBinary, find_tritonserver
 from napari_sam3.serving.logs import _reason, log_errors
 from napari_sam3.serving.ports import PortError, _connect_host, check_port, free_port
@@ -323,7 +323,7 @@ class TritonServer:
                 return
             if time.monotonic() > deadline:
                 loading = sorted(m for m, (s, _) in (states or {}).items() if s != "READY")
-                raise TimeoutError(
+                raise TimedOut(
                     f"tritonserver did not get ready within {timeout:.0f} s"
                     + (f" (still loading: {', '.join(loading)})" if loading else "")
                     + f"; see its log {self._log_path}"

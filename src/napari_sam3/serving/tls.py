@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.core.files import read_pem
 from napari_sam3.serving.ports import is_loopback
 
@@ -28,7 +29,7 @@ class TlsFiles:
             try:
                 read_pem(path, what, marker)
             except FileNotFoundError as error:  # the command reports a ValueError as a refusal
-                raise ValueError(str(error)) from None
+                raise InvalidInput(str(error)) from None
 
     def triton_args(self) -> list[str]:
         args = [

@@ -26,6 +26,8 @@ from magicgui.widgets import (
 )
 from psygnal import Signal
 
+from napari_sam3.core.errors import InvalidState
+
 # A worker's status line, said once its call has returned.
 PAST = {"encoding the image": "image encoded"}
 NOT_CONNECTED = (
@@ -52,7 +54,7 @@ class Sam3State:
 
     def require(self):
         if self._client is None:
-            raise RuntimeError(NOT_CONNECTED)
+            raise InvalidState(NOT_CONNECTED)
         return self._client
 
 
@@ -249,7 +251,7 @@ class Job:
         from napari.utils import progress
 
         if self.running:
-            raise RuntimeError(f"{self.what} is still running: wait for it or press Cancel")
+            raise InvalidState(f"{self.what} is still running: wait for it or press Cancel")
         self.what = what
         self.note = ""
         self._cancelled = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 from magicgui.widgets import CheckBox, FloatSpinBox, LineEdit, PushButton, SpinBox
 from napari.layers import Shapes
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import layer_combo, row, scene_combo
 from napari_sam3.prompts.query import Query
@@ -118,13 +119,13 @@ def target_of(widget, image=None, bands=None) -> _layers.ModelImage:
     choice = where.value if where is not None else (REGION if region is not None else WHOLE)
     if choice == VIEW:
         if image is None:
-            raise ValueError("choose an image layer")
+            raise InvalidInput("choose an image layer")
         return _layers.model_image(
             widget.viewer, image, bands, window=_layers.view_window(widget.viewer, image)
         )
     if choice == REGION:
         if region is None:
-            raise ValueError(
+            raise InvalidInput(
                 "choose the Shapes layer whose last rectangle is the region, or Where: "
                 f"{WHOLE} / {VIEW}"
             )

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from napari_sam3.core.columns import FEATURE_COLUMNS
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery.bands import parse_bands, resolve_bands
 from napari_sam3.plugin.georef import crop_metadata
 from napari_sam3.plugin.reader import METADATA_VERSION, SAM3_KEY
@@ -119,7 +120,7 @@ def set_stretch(viewer, layer, percentiles: tuple[float, float]) -> list:
 
     members = [m for m in stack_members(viewer, layer) if _record(m).get("stretch")]
     if not members:
-        raise ValueError(
+        raise InvalidInput(
             f"{layer.name} has no stretch to change: open the raster with napari-sam3's reader "
             "(8-bit RGB images are shown and sent as they are)"
         )
@@ -150,7 +151,7 @@ def _overview_sample(layer) -> np.ndarray:
 
     source = (layer.metadata or {}).get("source")
     if not source:
-        raise ValueError(f"{layer.name} has no source file to read its stretch sample from")
+        raise InvalidInput(f"{layer.name} has no source file to read its stretch sample from")
     return np.asarray(RasterPyramid(source).sample())
 
 
@@ -193,7 +194,7 @@ def model_image(viewer, layer, bands: str = "", region=None, window=None) -> Mod
     from napari_sam3.imagery.stretch import StretchStats
 
     if layer is None:
-        raise ValueError("choose an image layer")
+        raise InvalidInput("choose an image layer")
     rows, cols = image_shape(layer)
     if window is not None:
         r0, r1, c0, c1 = window
@@ -209,7 +210,7 @@ def model_image(viewer, layer, bands: str = "", region=None, window=None) -> Mod
 
     if getattr(layer, "rgb", False):
         if keys:
-            raise ValueError(f"{layer.name} is an RGB layer: leave 'bands' empty")
+            raise InvalidInput(f"{layer.name} is an RGB layer: leave 'bands' empty")
         image = pixels(layer, window)[..., :3]
         chosen: list = ["R", "G", "B"]
     elif _record(layer).get("stack"):
@@ -228,7 +229,7 @@ def model_image(viewer, layer, bands: str = "", region=None, window=None) -> Mod
     elif layer.data.ndim == 2:
         if keys:
             if len(keys) != 1:
-                raise ValueError(f"{layer.name} has one band: leave 'bands' empty")
+                raise InvalidInput(f"{layer.name} has one band: leave 'bands' empty")
             band = _record(layer).get("band")
             resolve_bands(keys, 1, None if band is None else [str(band)], layer.name)
         image = pixels(layer, window)
@@ -237,7 +238,7 @@ def model_image(viewer, layer, bands: str = "", region=None, window=None) -> Mod
     elif layer.data.ndim == 3:
         count = layer.data.shape[0]
         if keys is None and count not in (1, 3):
-            raise ValueError(
+            raise InvalidInput(
                 f"{layer.name} has {count} bands along its first axis: "
                 "choose 3 (or 1) in 'bands', e.g. '4 3 2'"
             )
@@ -247,9 +248,9 @@ def model_image(viewer, layer, bands: str = "", region=None, window=None) -> Mod
         image = np.stack([np.asarray(full_resolution(layer)[i][window]) for i in index])
         chosen = [str(i + 1) for i in index]
     else:
-        raise ValueError(f"{layer.name} has {layer.data.ndim} dimensions: choose a 2-D image")
+        raise InvalidInput(f"{layer.name} has {layer.data.ndim} dimensions: choose a 2-D image")
     if r1 <= r0 or c1 <= c0:
-        raise ValueError("the region does not overlap the image")
+        raise InvalidInput("the region does not overlap the image")
     nodata = (layer.metadata or {}).get("nodata")
     return ModelImage(
         image, layer, (r0, c0), (r1 - r0, c1 - c0), meta, stats, description, chosen, nodata
@@ -264,7 +265,7 @@ def stack_bands(viewer, layer, keys) -> tuple[list, list[str]]:
     wanted = keys or list(_record(layer).get("rgb_bands") or names[:3])
     picked = [members[i] for i in resolve_bands(wanted, len(names), names, layer.name)]
     if len(picked) not in (1, 3):
-        raise ValueError(f"choose 1 or 3 bands, got {len(picked)}: {wanted}")
+        raise InvalidInput(f"choose 1 or 3 bands, got {len(picked)}: {wanted}")
     return picked, [str(_record(m).get("band", m.name)) for m in picked]
 
 
@@ -323,7 +324,7 @@ def view_window(viewer, layer) -> tuple[int, int, int, int]:
     c0 = int(np.clip(np.floor(corners[:, 1].min() + 0.5), 0, cols))
     c1 = int(np.clip(np.ceil(corners[:, 1].max() + 0.5), 0, cols))
     if r1 <= r0 or c1 <= c0:
-        raise ValueError(f"{layer.name} is not in view: pan to it, or choose Where: Whole image")
+        raise InvalidInput(f"{layer.name} is not in view: pan to it, or choose Where: Whole image")
     return r0, r1, c0, c1
 
 
@@ -407,7 +408,7 @@ def to_pixels(coords, source, image) -> np.ndarray:
 def region_window(region, image) -> tuple[int, int, int, int]:
     """(row0, row1, col0, col1): the image pixels under the last shape of a Shapes layer."""
     if region is None or len(region.data) == 0:
-        raise ValueError(f"draw a rectangle on {getattr(region, 'name', 'the region layer')}")
+        raise InvalidInput(f"draw a rectangle on {getattr(region, 'name', 'the region layer')}")
     pixels = to_pixels(region.data[-1], region, image)
     rows, cols = image_shape(image)
     r0 = int(np.clip(np.floor(pixels[:, 0].min()), 0, rows))
@@ -415,7 +416,7 @@ def region_window(region, image) -> tuple[int, int, int, int]:
     c0 = int(np.clip(np.floor(pixels[:, 1].min()), 0, cols))
     c1 = int(np.clip(np.ceil(pixels[:, 1].max()), 0, cols))
     if r1 <= r0 or c1 <= c0:
-        raise ValueError(f"the region on {region.name} does not overlap {image.name}")
+        raise InvalidInput(f"the region on {region.name} does not overlap {image.name}")
     return r0, r1, c0, c1
 
 
@@ -464,7 +465,7 @@ def check_same_grid(layer, image) -> None:
     """`layer` must share the image layer's pixel grid (shape and placement)."""
     shape = image_shape(image)
     if tuple(layer.data.shape[-2:]) != shape:
-        raise ValueError(
+        raise InvalidInput(
             f"{layer.name} has shape {tuple(layer.data.shape[-2:])} but {image.name} has {shape}: "
             "use a labels layer made for this image (or let the widget make one)"
         )
@@ -472,7 +473,7 @@ def check_same_grid(layer, image) -> None:
     mine = np.array([layer.data_to_world(c) for c in corners])[:, -2:]
     theirs = np.array([image.data_to_world(c) for c in corners])[:, -2:]
     if not np.allclose(mine, theirs, rtol=0, atol=1e-6 * max(1.0, float(np.abs(theirs).max()))):
-        raise ValueError(f"{layer.name} is not placed on {image.name}'s pixels (scale/translate)")
+        raise InvalidInput(f"{layer.name} is not placed on {image.name}'s pixels (scale/translate)")
 
 
 # ----------------------------------------------------------------------------- results
@@ -534,7 +535,7 @@ def paint_new_labels(
     own, so the GeoTIFF / GeoPackage writers place it.
     """
     if layer.data.ndim != 2:
-        raise ValueError(f"{layer.name} is not 2-D")
+        raise InvalidInput(f"{layer.name} is not 2-D")
     next_id = int(np.max(layer.data)) + 1 if layer.data.size else 1
     ids: list[int] = []
     entries: list[dict[str, Any]] = []

@@ -7,6 +7,7 @@ from pathlib import Path
 from magicgui.widgets import CheckBox, FileEdit, LineEdit, PushButton, Select
 from napari.layers import Shapes
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import (
     Sam3Widget,
@@ -110,7 +111,7 @@ class ConceptsWidget(Sam3Widget):
     def _selected(self) -> list[Concept]:
         names = list(self.concepts.value or [])
         if not names:
-            raise ValueError("select a concept in the bank (encode or load one first)")
+            raise InvalidInput("select a concept in the bank (encode or load one first)")
         return [self.bank[n] for n in names]
 
     # -- encode -----------------------------------------------------------------------------
@@ -120,9 +121,9 @@ class ConceptsWidget(Sam3Widget):
         target = target_of(self)
         boxes, labels = _layers.boxes_from_shapes(self.exemplars.value, target)
         if len(boxes) == 0:
-            raise ValueError("draw exemplar boxes on the Exemplars layer first")
+            raise InvalidInput("draw exemplar boxes on the Exemplars layer first")
         if not labels.any():
-            raise ValueError("a concept needs at least one positive box")
+            raise InvalidInput("a concept needs at least one positive box")
         name = self.name.value.strip() or "concept"
 
         def work():
@@ -142,7 +143,7 @@ class ConceptsWidget(Sam3Widget):
     def save(self, *_args) -> None:
         concepts = self._selected()
         if len(concepts) != 1:
-            raise ValueError("select exactly one concept to save")
+            raise InvalidInput("select exactly one concept to save")
         path = Path(self.save_path.value)
         if path.suffix.lower() != ".npz":
             path = path.with_suffix(".npz")

@@ -15,6 +15,7 @@ from magicgui.widgets import (
 )
 
 from napari_sam3.client.connection import PRECISION_CHOICES, RUNTIME_CHOICES
+from napari_sam3.core.errors import MissingFile
 from napari_sam3.plugin.settings import ConnectionSettings, load_connection, save_connection
 from napari_sam3.plugin.widgets._common import (
     STATE,
@@ -40,7 +41,7 @@ def connect(settings: ConnectionSettings):
     workers make theirs); runs in a worker: loading graphs takes a while."""
     spec = settings.spec()
     if spec.embedded and not Path(spec.repository).is_dir():
-        raise FileNotFoundError(f"no model repository folder at {settings.repository}")
+        raise MissingFile(f"no model repository folder at {settings.repository}")
     return spec.connect()
 
 

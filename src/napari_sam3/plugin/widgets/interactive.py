@@ -19,6 +19,7 @@ from napari.components import ViewerModel
 from napari.layers import Labels, Points, Shapes
 from napari.utils.events import Event
 
+from napari_sam3.core.errors import InvalidInput, InvalidState
 from napari_sam3.plugin.georef import crop_metadata
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import (
@@ -243,7 +244,7 @@ class InteractiveWidget(Sam3Widget):
         plugin's own layers of those names when the viewer has them (never a second set)."""
         image = self.image.value
         if image is None:
-            self.status.value = notify_error("New prompt layers", ValueError("choose an image"))
+            self.status.value = notify_error("New prompt layers", InvalidInput("choose an image"))
             return
         place = _layers.placement(image)
         clicks = self._own_layer(CLICKS_LAYER, Points, image)
@@ -403,7 +404,7 @@ class InteractiveWidget(Sam3Widget):
         """Worker function and done-callback for one prompt on the current session."""
         session = self.session
         if session is None:
-            raise RuntimeError("the image is not encoded (press Start)")
+            raise InvalidState("the image is not encoded (press Start)")
 
         def done(frame):
             if log_entry is not None:
@@ -442,7 +443,7 @@ class InteractiveWidget(Sam3Widget):
     @reports_errors("Refining with the seed mask failed")
     def refine_with_seed(self, *_args) -> None:
         if self.seed.value is None:
-            raise ValueError("choose the Labels layer you painted the seed on")
+            raise InvalidInput("choose the Labels layer you painted the seed on")
         self._ensure_session()
 
         def make():
@@ -453,7 +454,7 @@ class InteractiveWidget(Sam3Widget):
 
     def _require_target(self) -> _layers.ModelImage:
         if self.target_image is None:
-            raise RuntimeError("the image is not encoded (press Start)")
+            raise InvalidState("the image is not encoded (press Start)")
         return self.target_image
 
     # -- candidates -------------------------------------------------------------------------
@@ -526,10 +527,10 @@ class InteractiveWidget(Sam3Widget):
     @reports_errors("Accept failed")
     def accept(self, *_args) -> None:
         if self.job.running:
-            raise RuntimeError("wait for the running prompt to finish")
+            raise InvalidState("wait for the running prompt to finish")
         mask = self.candidate_mask()
         if mask is None:
-            raise ValueError("no candidate to accept: click, draw a box or paint a seed first")
+            raise InvalidInput("no candidate to accept: click, draw a box or paint a seed first")
         target = self._require_target()
         layer = self._target_layer(target)
         rr, cc = np.nonzero(mask)
@@ -544,7 +545,7 @@ class InteractiveWidget(Sam3Widget):
             georeference=crop_metadata(target.layer.metadata, 0, 0),
         )
         if not painted.ids:
-            raise ValueError("the candidate lies wholly on existing labels (tick 'Accept over')")
+            raise InvalidInput("the candidate lies wholly on existing labels (tick 'Accept over')")
         self._accepts.append(painted)
         self.reset()  # the next object: clears the plugin's prompt layers only
         (new_id,) = painted.ids
@@ -572,13 +573,13 @@ class InteractiveWidget(Sam3Widget):
             return layer
         _layers.check_same_grid(layer, target.layer)
         if layer.data.ndim != 2:
-            raise ValueError(f"{layer.name} is not 2-D")
+            raise InvalidInput(f"{layer.name} is not 2-D")
         return layer
 
     @reports_errors("Undo accept failed")
     def undo_accept(self, *_args) -> None:
         if not self._accepts:
-            raise ValueError("nothing accepted to undo")
+            raise InvalidInput("nothing accepted to undo")
         painted = self._accepts.pop()
         _layers.take_back(painted)
         (new_id,) = painted.ids
@@ -587,9 +588,9 @@ class InteractiveWidget(Sam3Widget):
     @reports_errors("Undo failed")
     def undo_prompt(self, *_args) -> None:
         if self.job.running:
-            raise RuntimeError("wait for the running prompt to finish")
+            raise InvalidState("wait for the running prompt to finish")
         if self.session is None:
-            raise ValueError("nothing to undo")
+            raise InvalidInput("nothing to undo")
         frame = self.session.undo()
         if self._prompt_log:
             kind, layer, index = self._prompt_log.pop()

@@ -22,6 +22,7 @@ from magicgui.widgets import CheckBox, Container, Label, PushButton
 from napari.layers import Labels
 
 from napari_sam3.core.columns import FEATURE_COLUMNS
+from napari_sam3.core.errors import InvalidInput, UnknownKey
 from napari_sam3.core.formats import vector_file_filter
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import layer_combo, notify_error, row
@@ -123,14 +124,14 @@ def offset_in(target, layer) -> tuple[int, int]:
     step = np.asarray(target.world_to_data(layer.data_to_world((1.0, 1.0))), np.float64)[-2:]
     rounded = np.round(origin)
     if not (np.allclose(origin, rounded, atol=1e-3) and np.allclose(step - origin, 1, atol=1e-3)):
-        raise ValueError(
+        raise InvalidInput(
             f"{target.name} does not share {layer.name}'s pixel grid (scale/translate): merge "
             "into a labels layer made for the same image"
         )
     r0, c0 = int(rounded[0]), int(rounded[1])
     rows, cols = layer.data.shape[-2:]
     if r0 < 0 or c0 < 0 or r0 + rows > target.data.shape[-2] or c0 + cols > target.data.shape[-1]:
-        raise ValueError(f"{layer.name} reaches outside {target.name}")
+        raise InvalidInput(f"{layer.name} reaches outside {target.name}")
     return r0, c0
 
 
@@ -140,9 +141,9 @@ def merge_objects(layer, ids, target, overwrite: bool = False) -> list[int]:
     `target`'s history (`_layers.paint_new_labels`, as Accept writes). Returns the new ids (an
     object wholly on existing labels gets none)."""
     if target is layer:
-        raise ValueError("choose another labels layer to merge into")
+        raise InvalidInput("choose another labels layer to merge into")
     if target.data.ndim != 2:
-        raise ValueError(f"{target.name} is not 2-D")
+        raise InvalidInput(f"{target.name} is not 2-D")
     r0, c0 = offset_in(target, layer)
     data = np.asarray(layer.data)
     features = layer.features.set_index("index")
@@ -188,13 +189,13 @@ def export_objects(layer, path, ids=None, overwrite: bool = False) -> Path:
     metadata = layer.metadata or {}
     transform = metadata.get("transform")
     if transform is None:
-        raise ValueError(
+        raise InvalidInput(
             f"{layer.name} has no georeferencing (no 'transform' in its metadata): open the image "
             "with napari-sam3's reader so results carry its CRS"
         )
     frame = objects_frame(layer, ids)
     if not len(frame):
-        raise ValueError("no objects to export: select rows, or export all")
+        raise InvalidInput("no objects to export: select rows, or export all")
     gdf = to_geodataframe(frame, crs=metadata.get("crs"), transform=Affine(*transform[:6]))
     return write_vector(gdf, path, overwrite=overwrite)
 
@@ -353,7 +354,7 @@ class ResultsTable(Container):
             ):
                 self.table.selectRow(r)
                 return
-        raise KeyError(f"no object {index} of {layer_name} in the table")
+        raise UnknownKey(f"no object {index} of {layer_name} in the table")
 
     # -- actions ------------------------------------------------------------------------------
     def _selection_changed(self) -> None:
@@ -385,7 +386,7 @@ class ResultsTable(Container):
         try:
             picked = self.selected_rows()
             if not len(picked):
-                raise ValueError("select the rows of the objects to delete")
+                raise InvalidInput("select the rows of the objects to delete")
             total = 0
             for name, part in picked.groupby("layer", sort=False):
                 total += len(part)
@@ -400,12 +401,12 @@ class ResultsTable(Container):
         try:
             target = self.target.value
             if target is None:
-                raise ValueError("choose your labels layer under 'Merge into'")
+                raise InvalidInput("choose your labels layer under 'Merge into'")
             picked = self.selected_rows()
             if not len(picked):
                 picked = self.rows
             if not len(picked):
-                raise ValueError("no results to merge")
+                raise InvalidInput("no results to merge")
             new_ids: list[int] = []
             for name, part in picked.groupby("layer", sort=False):
                 layer = self.viewer.layers[name]
@@ -428,7 +429,7 @@ class ResultsTable(Container):
         try:
             picked = self.selected_rows() if selection_only else self.rows
             if not len(picked):
-                raise ValueError("no objects to export")
+                raise InvalidInput("no objects to export")
             path = Path(path)
             groups = list(picked.groupby("layer", sort=False))
             written = []

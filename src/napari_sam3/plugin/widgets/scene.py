@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from magicgui.widgets import FileEdit, LineEdit, PushButton
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery.bands import parse_bands
 from napari_sam3.plugin.georef import affine_list, crop_metadata, transform_kwargs
 from napari_sam3.plugin.widgets import _layers
@@ -58,7 +59,7 @@ def layer_source(layer) -> str | list[str]:
     """The raster file (or band files) an image layer was read from by the plugin's reader."""
     source = (getattr(layer, "metadata", None) or {}).get("source")
     if not source:
-        raise ValueError(
+        raise InvalidInput(
             f"{layer.name} was not opened from a raster file by this plugin: "
             "open the file with napari-sam3's reader, or choose it under 'Scene file'"
         )
@@ -85,13 +86,13 @@ def region_aoi(region, layer, source):
     from napari_sam3.scene.aoi import Bbox
 
     if layer is None:
-        raise ValueError(
+        raise InvalidInput(
             "a selected region limits a scene run on the image layer it is drawn over: choose "
             f"that layer instead of a scene file, or Where: {WHOLE}"
         )
     info = raster_info(source)
     if info.crs is None:
-        raise ValueError(
+        raise InvalidInput(
             f"{layer.name} has no CRS, so a scene run cannot be limited to a region of it: "
             f"choose Where: {WHOLE}"
         )
@@ -193,11 +194,11 @@ class SceneWidget(Sam3Widget):
         chosen = self.file.value
         if chosen is not None and str(chosen) not in ("", "."):
             if not Path(chosen).is_file():
-                raise ValueError(f"no such file: {chosen}")
+                raise InvalidInput(f"no such file: {chosen}")
             return str(chosen), None
         layer = self.image.value
         if layer is None:
-            raise ValueError("choose an image layer opened from a raster file, or a scene file")
+            raise InvalidInput("choose an image layer opened from a raster file, or a scene file")
         return layer_source(layer), layer
 
     def _aoi(self, source, layer):
@@ -209,7 +210,7 @@ class SceneWidget(Sam3Widget):
         if region is None:
             if where is None:
                 return None
-            raise ValueError(
+            raise InvalidInput(
                 f"choose the Shapes layer whose last rectangle is the region, or Where: {WHOLE}"
             )
         return region_aoi(region, layer, source)
@@ -225,7 +226,7 @@ class SceneWidget(Sam3Widget):
         client = self.client
         words = parse_keywords(self.prompt.value)
         if not words:
-            raise ValueError("type a text prompt, or comma-separated keywords")
+            raise InvalidInput("type a text prompt, or comma-separated keywords")
         wanted = query(self, keywords=words)
         source, layer = self._source()
         overlap = int(self.overlap.value)
@@ -244,7 +245,7 @@ class SceneWidget(Sam3Widget):
         if layer is not None:
             info = raster_info(source)
             if _layers.image_shape(layer) != (info.rows, info.cols):
-                raise ValueError(
+                raise InvalidInput(
                     f"{layer.name} is {_layers.image_shape(layer)} pixels but its file is "
                     f"{info.rows}x{info.cols}: choose the scene file instead"
                 )

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from magicgui.widgets import ComboBox, PushButton, TextEdit
 
+from napari_sam3.core.errors import InvalidInput
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import Sam3Widget, reports_errors
 from napari_sam3.plugin.widgets._fields import (
@@ -83,9 +84,9 @@ class TextWidget(Sam3Widget):
         target = target_of(self)
         boxes, labels = _layers.boxes_from_shapes(self.exemplars.value, target)
         if not keywords and len(boxes) == 0:
-            raise ValueError("type a keyword, or draw exemplar boxes on the Exemplars layer")
+            raise InvalidInput("type a keyword, or draw exemplar boxes on the Exemplars layer")
         if len(boxes) and len(keywords) > 1:
-            raise ValueError(
+            raise InvalidInput(
                 f"exemplar boxes go with one keyword at most, got {len(keywords)}: keep one, "
                 "or encode the boxes as a concept (Concepts tab) and apply it beside the keywords"
             )

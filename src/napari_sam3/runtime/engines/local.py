@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from napari_sam3.core import contract
+from napari_sam3.core.errors import InvalidInput, InvalidState, MissingFile
 from napari_sam3.runtime.engines.model_config import (
     ModelConfig,
     OutputNames,
@@ -47,13 +48,13 @@ class LocalEngine:
         onnx_runner.check_choice(runtime, precision)
         self.repository = Path(repository)
         if not self.repository.is_dir():
-            raise FileNotFoundError(
+            raise MissingFile(
                 f"model repository {self.repository} does not exist; write one with "
                 "`sam3-export --checkpoint sam3.pt --out DIR` (or `--random-weights` for a demo)"
             )
         self.configs = load_model_configs(self.repository)
         if not self.configs:
-            raise ValueError(f"{self.repository} holds no models (no */config.pbtxt)")
+            raise InvalidInput(f"{self.repository} holds no models (no */config.pbtxt)")
         from napari_sam3.runtime.engines.repository_code import stale_logic, stale_logic_message
 
         stale = stale_logic(self.repository)
@@ -120,14 +121,14 @@ class LocalEngine:
         try:
             return self.configs[model_name]
         except KeyError:
-            raise ValueError(
+            raise InvalidInput(
                 f"model {model_name!r} is not in {self.repository}; it holds: "
                 + ", ".join(sorted(self.configs))
             ) from None
 
     def infer(self, model_name: str, inputs: Tensors, output_names: OutputNames = None) -> Outputs:
         if self._closed:
-            raise RuntimeError(
+            raise InvalidState(
                 f"the embedded engine over {self.repository} is closed; make a new Sam3Client"
             )
         config = self.config(model_name)
@@ -143,7 +144,7 @@ class LocalEngine:
         declared = {o.name for o in config.outputs} | set(outputs)
         unknown = [n for n in wanted if n not in declared]
         if unknown:
-            raise ValueError(f"{model_name} has no output(s) {', '.join(unknown)}")
+            raise InvalidInput(f"{model_name} has no output(s) {', '.join(unknown)}")
         # as over gRPC, an output the model did not answer is absent
         return {name: outputs[name] for name in wanted if name in outputs}
 
@@ -170,12 +171,12 @@ class LocalEngine:
         known = {spec.name for spec in config.inputs}
         extra = sorted(set(inputs) - known)
         if extra:
-            raise ValueError(f"{config.name} has no input(s) {', '.join(extra)}")
+            raise InvalidInput(f"{config.name} has no input(s) {', '.join(extra)}")
         for spec in config.inputs:
             if spec.name in inputs:
                 spec.check(inputs[spec.name])
             elif not spec.optional:
-                raise ValueError(f"{config.name} needs input {spec.describe()}")
+                raise InvalidInput(f"{config.name} needs input {spec.describe()}")
 
     def _run_ensemble(self, config: ModelConfig, inputs: dict) -> dict:
         tensors = dict(inputs)
@@ -203,7 +204,7 @@ class LocalEngine:
                 progressed = True
             if not progressed:
                 names = ", ".join(s.model_name for s in pending)
-                raise ValueError(f"ensemble {config.name}: steps {names} lack their inputs")
+                raise InvalidInput(f"ensemble {config.name}: steps {names} lack their inputs")
         return tensors
 
     def close(self) -> None:
@@ -235,7 +236,7 @@ class LocalEngine:
             return logic
         module_name = parameters.get("logic_module")
         if config.backend != "python" or not module_name:
-            raise ValueError(
+            raise InvalidInput(
                 f"model {config.name}: the embedded engine cannot run it ({config.platform})"
             )
         module = importlib.import_module(f"napari_sam3.runtime.{module_name}")

@@ -14,6 +14,7 @@ from google.protobuf import text_format
 from google.protobuf.message import Message
 
 from napari_sam3.core.contract import TensorSpec
+from napari_sam3.core.errors import BadData, InvalidInput, MissingDependency, UnknownKey
 
 # A request's inputs and a model's answer, by tensor name; the output names a request asks for.
 Tensors = Mapping[str, np.ndarray]
@@ -47,11 +48,11 @@ def model_config_pb2() -> ModuleType:
     if name not in sys.modules:
         package = importlib.util.find_spec("tritonclient")
         if package is None or not package.submodule_search_locations:
-            raise ImportError("tritonclient is not installed: pip install tritonclient[grpc]")
+            raise MissingDependency("tritonclient is not installed: pip install tritonclient[grpc]")
         path = Path(package.submodule_search_locations[0]) / "grpc" / "model_config_pb2.py"
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load Triton's model config schema from {path}")
+            raise MissingDependency(f"cannot load Triton's model config schema from {path}")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[name] = module
@@ -76,7 +77,7 @@ class ModelConfig:
         for spec in self.inputs:
             if spec.name == name:
                 return spec
-        raise KeyError(name)
+        raise UnknownKey(name)
 
 
 def _specs(entries, pb2: ModuleType) -> tuple[TensorSpec, ...]:
@@ -111,10 +112,8 @@ def load_model_configs(repository: str | Path) -> dict[str, ModelConfig]:
         try:
             config = parse_model_config(path.read_text(encoding="utf-8"))
         except (text_format.ParseError, KeyError, UnicodeDecodeError) as exc:
-            raise ValueError(
-                f"{path} is not a Triton model config this engine reads: {exc}"
-            ) from None
+            raise BadData(f"{path} is not a Triton model config this engine reads: {exc}") from None
         if config.name != path.parent.name:
-            raise ValueError(f"{path}: model name {config.name!r} differs from its folder name")
+            raise InvalidInput(f"{path}: model name {config.name!r} differs from its folder name")
         configs[config.name] = config
     return configs

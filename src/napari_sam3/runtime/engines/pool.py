@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from napari_sam3.core import contract
+from napari_sam3.core.errors import ConnectionFailed, InvalidInput, InvalidType
 from napari_sam3.runtime.engines.model_config import ModelConfig, OutputNames, Outputs, Tensors
 from napari_sam3.runtime.engines.settings import Timeouts
 
@@ -42,17 +43,17 @@ def split_addresses(address: str | Sequence[str]) -> list[str]:
     """``"a:8001,b:8001"`` or ``["a:8001", "b:8001"]`` -> the distinct addresses, in order."""
     items = address.split(",") if isinstance(address, str) else list(address)
     if not all(isinstance(a, str) for a in items):
-        raise TypeError(f"Triton addresses are strings such as 'host:8001', got {address!r}")
+        raise InvalidType(f"Triton addresses are strings such as 'host:8001', got {address!r}")
     out = list(dict.fromkeys(a.strip() for a in items if a.strip()))
     if not out:
-        raise ValueError(f"no Triton address in {address!r}; give 'host:8001' or 'a:8001,b:8001'")
+        raise InvalidInput(f"no Triton address in {address!r}; give 'host:8001' or 'a:8001,b:8001'")
     return out
 
 
-class _OtherModel(ValueError):
+class _OtherModel(InvalidInput):
     """A server that serves another model than the pool."""
 
-    def __init__(self, message: str, model_id: str) -> None:
+    def __init__(self, message: str, model_id: str = "") -> None:
         super().__init__(message)
         self.model_id = model_id
 
@@ -167,7 +168,7 @@ class PoolEngine:
             for job in jobs:
                 job.result()  # every attempt has ended by now (each waits connect_timeout)
             detail = "; ".join(f"{a}: {e}" for a, e in errors.items())
-            raise ConnectionError(
+            raise ConnectionFailed(
                 f"none of the {len(self._members)} Triton servers is ready "
                 f"({', '.join(self.addresses)}) within {self.connect_timeout:g} s: {detail}"
             )
@@ -290,7 +291,7 @@ class PoolEngine:
         with self._cond:
             while True:
                 if self._closed:
-                    raise ConnectionError(
+                    raise ConnectionFailed(
                         f"the connection to the Triton pool {self.address} is closed; "
                         "make a new Sam3Client"
                     )
@@ -310,7 +311,7 @@ class PoolEngine:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     reasons = "; ".join(f"{m.address}: {m.reason}" for m in self._members)
-                    raise ConnectionError(
+                    raise ConnectionFailed(
                         f"every Triton server of the pool is down ({reasons}); waited "
                         f"{self.connect_timeout:.0f} s for one to come back. Restart them "
                         "(`sam3-serve MODEL_REPOSITORY`) or check the addresses"

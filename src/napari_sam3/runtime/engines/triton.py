@@ -26,7 +26,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from napari_sam3.core import validate
-from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.errors import ConnectionFailed, InvalidInput, TimedOut
 from napari_sam3.core.files import read_pem
 from napari_sam3.runtime.engines.model_config import (
     ModelConfig,
@@ -44,18 +44,18 @@ TIMED_OUT = "StatusCode.DEADLINE_EXCEEDED"
 MAX_MESSAGE = 2**31 - 1  # as tritonclient's own default (images and masks can be large)
 
 
-class RequestTimeout(Sam3Error, ConnectionError, TimeoutError):
+class RequestTimeout(ConnectionFailed, TimedOut):
     """A request that did not finish within its time on a server that still answers."""
 
 
 def parse_address(address: str) -> tuple[str, int]:
     if not isinstance(address, str) or not address.strip():
-        raise ValueError(f"a Triton address looks like 'host:8001', got {address!r}")
+        raise InvalidInput(f"a Triton address looks like 'host:8001', got {address!r}")
     host, sep, port = address.strip().rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"a Triton address looks like 'host:8001' (gRPC port), got {address!r}")
+        raise InvalidInput(f"a Triton address looks like 'host:8001' (gRPC port), got {address!r}")
     if not 0 < int(port) < 65536:
-        raise ValueError(f"port {port} of {address!r} is not a TCP port (1..65535)")
+        raise InvalidInput(f"port {port} of {address!r} is not a TCP port (1..65535)")
     return host.strip("[]"), int(port)
 
 
@@ -70,7 +70,7 @@ def grpc_target(addresses: str | Sequence[str]) -> str:
         addresses = [a for a in addresses.split(",") if a.strip()] or [addresses]
     parsed = [parse_address(a) for a in addresses]
     if not parsed:
-        raise ValueError("give at least one Triton address, e.g. 'localhost:8001'")
+        raise InvalidInput("give at least one Triton address, e.g. 'localhost:8001'")
     ips = []
     for host, port in parsed:
         try:
@@ -78,13 +78,13 @@ def grpc_target(addresses: str | Sequence[str]) -> str:
         except ValueError:
             if len(parsed) == 1:
                 return f"dns:///{host}:{port}"
-            raise ValueError(
+            raise InvalidInput(
                 f"several addresses must be IP addresses ({host!r} is a name); for servers "
                 "behind one name, give that name once: gRPC spreads calls over its addresses"
             ) from None
     families = {ip.version for ip, _ in ips}
     if len(families) > 1:
-        raise ValueError("several addresses must all be IPv4 or all IPv6, not both")
+        raise InvalidInput("several addresses must all be IPv4 or all IPv6, not both")
     if families == {6}:
         return "ipv6:" + ",".join(f"[{ip}]:{port}" for ip, port in ips)
     return "ipv4:" + ",".join(f"{ip}:{port}" for ip, port in ips)
@@ -102,7 +102,7 @@ class TlsOptions:
         import grpc
 
         if (self.private_key is None) != (self.certificate_chain is None):
-            raise ValueError(
+            raise InvalidInput(
                 "give private_key and certificate_chain together (a client certificate for "
                 "mutual TLS), or neither"
             )
@@ -180,7 +180,7 @@ class TritonEngine:
     def _checked_client(self) -> grpcclient.InferenceServerClient:
         with self._lock:
             if self._closed:
-                raise ConnectionError(
+                raise ConnectionFailed(
                     f"the connection to Triton at {self.address} is closed; make a new Sam3Client"
                 )
             return self._client
@@ -220,7 +220,7 @@ class TritonEngine:
                         if self.tls
                         else " (is the server serving TLS? then connect with tls=True)"
                     )
-                raise ConnectionError(
+                raise ConnectionFailed(
                     f"no ready Triton server at {self.address} within {timeout:g} s ({last}); "
                     "start one with `sam3-serve MODEL_REPOSITORY` or check the address and port "
                     f"(gRPC, usually 8001){tls_hint}, or raise connect_timeout for a cold start"
@@ -291,13 +291,13 @@ class TritonEngine:
         while not done.wait(self.probe_interval):
             if self._closed:
                 context.cancel()
-                raise ConnectionError(f"the connection to Triton at {self.address} was closed")
+                raise ConnectionFailed(f"the connection to Triton at {self.address} was closed")
             probe_timeout = min(self.probe_interval, self.liveness_timeout)
             if self.is_live(probe_timeout):
                 last_alive = time.monotonic()
             elif time.monotonic() - last_alive >= self.liveness_timeout and not done.is_set():
                 context.cancel()
-                raise ConnectionError(
+                raise ConnectionFailed(
                     f"Triton at {self.address} stopped answering while running {model_name}: no "
                     f"liveness answer for {time.monotonic() - last_alive:.0f} s; the server is "
                     "hung, stopped or unreachable (is it still running?)"
@@ -335,11 +335,11 @@ class TritonEngine:
                         time.sleep(delay)
                         delay *= 2
                         continue
-                    raise ConnectionError(
+                    raise ConnectionFailed(
                         f"Triton at {self.address} unreachable for {what} after "
                         f"{attempt + 1} tries ({message}); is the server still running?"
                     ) from None
-                raise ValueError(f"Triton rejected {what}: {message}") from None
+                raise InvalidInput(f"Triton rejected {what}: {message}") from None
         raise AssertionError("unreachable")
 
     def __enter__(self) -> TritonEngine:
