@@ -14,7 +14,6 @@ from napari_sam3.masks import rle_kernels
 from napari_sam3.masks.dedup import dedup_masks
 from napari_sam3.masks.rle import RleMasks
 
-
 # the fixture only chooses the kernels: the same for every input hypothesis makes
 FIXED_KERNELS = [HealthCheck.function_scoped_fixture]
 
