@@ -204,7 +204,7 @@ def run_kernels(kind: str, n: int, size: int, seed: int, repeats: int) -> None:
         def dedup(batch=batch):  # a fresh batch each time: nothing remembered
             fresh = RleMasks._from_runs(batch.runs, batch.counts, batch.shape)
             fresh._bboxes, fresh._areas = batch.bboxes, batch.areas
-            fresh._spans = batch._interval_spans()
+            fresh._spans = batch.spans()
             return dedup_masks(fresh, scores, 0.85)
 
         dedup_ms, kept = timed(dedup, repeats)

@@ -760,7 +760,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if not args.server:
         from napari_sam3.runtime import host, onnx_runner
 
-        print("why: " + onnx_runner.reasons(client.engine.choices), file=sys.stderr)
+        print("why: " + onnx_runner.reasons(client.engine.runtime_choices() or {}), file=sys.stderr)
         print("this machine: " + host.detect().describe(), file=sys.stderr)
     print(json.dumps(client.manifest.as_dict(), indent=2, sort_keys=True))
     return 0

@@ -50,7 +50,8 @@ class StubClient:
     image_size = 64
     model_id = "stub"
     manifest = types.SimpleNamespace(max_keywords=4)
-    engine = types.SimpleNamespace(concurrency=lambda: 1)  # the Engine member scenes read
+    # the Engine members scenes read: a remote engine's (nothing cached in this process)
+    engine = types.SimpleNamespace(concurrency=lambda: 1, local=False)
 
     def __init__(self, full_tile: bool = False) -> None:
         self.full_tile = full_tile

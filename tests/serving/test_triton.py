@@ -218,6 +218,40 @@ def test_multi_runs_one_vision_pass_for_all_keywords(triton_client, s2_crop):
     assert "roofs" in set(df["keyword"])
 
 
+@pytest.mark.parametrize("where", ["triton", "embedded"])
+def test_the_stateless_multi_model_answers_as_the_cache(
+    where, triton_client, tiny_repository, s2_crop
+):
+    """`sam3_multi` runs the grounding function of `sam3_cached` (without the cache): the same
+    detections, query after query, keywords and a concept, on Triton and in-process."""
+    from napari_sam3.masks.rle import as_rle_masks
+
+    concept = triton_client.encode_exemplars(s2_crop, [[40, 30, 140, 120]], name="roofs")
+    engine = triton_client.engine
+    if where == "embedded":
+        engine = LocalEngine(tiny_repository, precision="fp32")
+    inputs = {
+        contract.IMAGES: triton_client.prepare(s2_crop).images_u8,
+        contract.TOKEN_IDS: tokenize(["building", "road", "roofs"]),
+        **concept.tensors(),
+        contract.SCORE_THR: np.array([0.0], np.float32),
+    }
+    stateless = engine.infer(contract.MULTI, inputs)
+    cached = engine.infer(
+        contract.CACHED,
+        {**inputs, contract.CACHE_OP: np.array([b"ground"], object)},
+        [*contract.RESULT_OUTPUTS, contract.KEYWORD_COUNTS],
+    )
+    assert list(stateless[contract.KEYWORD_COUNTS]) == list(cached[contract.KEYWORD_COUNTS])
+    assert len(stateless[contract.KEYWORD_COUNTS]) == 3
+    for name in (contract.SCORES, contract.BOXES):
+        np.testing.assert_array_equal(stateless[name], cached[name])
+    masks = [as_rle_masks(out[contract.MASKS_RLE]) for out in (stateless, cached)]
+    assert len(masks[0]) > 0 and masks[0].to_bytes() == masks[1].to_bytes()
+    if where == "embedded":
+        engine.close()
+
+
 def test_client_over_grpc_equals_embedded(triton_client, local_client, s2_crop):
     for options in (
         {"prompt": "building", "score_thr": 0.0},

@@ -36,6 +36,7 @@ from napari_sam3.prompts.concept import Concept
 from napari_sam3.prompts.query import DEFAULT_DEDUP, Query
 from napari_sam3.prompts.tokenizer import tokenize
 from napari_sam3.runtime.engines.local import LocalEngine
+from napari_sam3.runtime.engines.protocol import Engine, checked_engine
 from napari_sam3.runtime.onnx_runner import SHORT_NAMES
 
 ImageLike = str | os.PathLike | np.ndarray | Raster
@@ -69,7 +70,7 @@ class PreparedImage:
 class Sam3Client:
     def __init__(
         self,
-        address: str | Sequence[str],
+        address: str | Sequence[str] | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         retries: int = 3,
@@ -80,9 +81,14 @@ class Sam3Client:
         private_key: str | os.PathLike | None = None,
         certificate_chain: str | os.PathLike | None = None,
         liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+        engine: Engine | None = None,
     ) -> None:
         """A Triton server's gRPC address, ``host:port``; several (a list, or ``"a:8001,b:8001"``)
-        make a pool (engines/pool.py) that spreads requests and survives a server's loss.
+        make a pool (engines/pool.py) that spreads requests and survives a server's loss. Or,
+        instead of an address, `engine`: any object offering the
+        :class:`~napari_sam3.runtime.engines.Engine` members (a ``LocalEngine`` made with its
+        own settings, a wrapper around one); the client closes it when closed (where the
+        client cannot be made, it is left open for the caller).
 
         `connect_timeout`: how long to wait for a ready server; `request_timeout`: the most one
         request try may take (the client gives up sooner, after `liveness_timeout` seconds, on a
@@ -92,6 +98,17 @@ class Sam3Client:
         is the CA file to trust (default: the system's), `private_key` and
         `certificate_chain` the client's certificate where the server asks for one.
         """
+        if engine is not None:
+            if address is not None:
+                raise InvalidInput("pass an address or an engine, not both")
+            self.engine = checked_engine(engine)
+            self._load_manifest()
+            return
+        if address is None:
+            raise InvalidInput(
+                "pass a Triton address ('host:8001'), or an engine; for the embedded engine use "
+                "Sam3Client.local(repository)"
+            )
         from napari_sam3.runtime.engines.pool import PoolEngine, split_addresses
         from napari_sam3.runtime.engines.triton import TlsOptions, TritonEngine
 
@@ -128,20 +145,22 @@ class Sam3Client:
         `precision`: "fp32", "bf16" (OpenVINO on a CPU with native bf16 only) or "auto".
         `repr(client)` and `client.engine.runtime_summary(reasons=True)` say what was picked.
         """
-        client = cls.__new__(cls)
         overrides = {}
         if cache_bytes is not None:
             cache_bytes = validate.positive_int("cache_bytes", cache_bytes, 2**62)
             overrides[contract.CACHED] = {"cache_bytes": cache_bytes}
-        client.engine = LocalEngine(
+        engine = LocalEngine(
             repository,
             threads=threads,
             model_parameters=overrides,
             runtime=runtime,
             precision=precision,
         )
-        client._load_manifest()
-        return client
+        try:
+            return cls(engine=engine)
+        except BaseException:
+            engine.close()
+            raise
 
     def _load_manifest(self) -> None:
         self._previous_models: set[str] = set()  # models this client served before a change
@@ -150,7 +169,7 @@ class Sam3Client:
             self.engine,
             self.model_id,
             on_change=self._follow_model,
-            remote=not isinstance(self.engine, LocalEngine),
+            remote=not self.engine.local,
         )
         self._features.info()  # the cache model loads now: a bad bound fails here, not later
 
@@ -594,10 +613,9 @@ class Sam3Client:
         ):
             if value is not None:
                 validate.integer(name, value, 0, 2**62)
-        engine = self.engine if isinstance(self.engine, LocalEngine) else None
         before = None
-        if engine is not None and (features_bytes is not None or heads_bytes is not None):
-            before = engine.cache_bounds(features_bytes, heads_bytes)
+        if features_bytes is not None or heads_bytes is not None:
+            before = self.engine.cache_bounds(features_bytes, heads_bytes)  # None: a server's
         results = None if results_bytes is None else self._features.bound_results(results_bytes)
         try:
             yield
@@ -605,7 +623,7 @@ class Sam3Client:
             if results is not None:
                 self._features.bound_results(results)
             if before is not None:
-                engine.cache_bounds(*before)
+                self.engine.cache_bounds(*before)
 
     def clear_cache(self) -> dict:
         """Drop every cached image and result (here and where the model runs)."""

@@ -330,7 +330,6 @@ class _Overlap:
 
     def __init__(self, batch: RleMasks, threshold: float) -> None:
         self.batch = batch
-        self.bits: dict[int, np.ndarray] = {}
         self.packed: rle_kernels.PackedMasks | None = None
         self.threshold = threshold
         self.areas = batch.areas
@@ -353,7 +352,7 @@ class _Overlap:
 
     @functools.cached_property
     def length(self) -> np.ndarray:
-        _, start, end = self.batch._interval_spans()
+        _, start, end = self.batch.spans()
         return end - start
 
     @functools.cached_property
@@ -363,7 +362,7 @@ class _Overlap:
     @functools.cached_property
     def offsets(self) -> np.ndarray:
         """Where each mask's intervals begin (and the last ends)."""
-        return self.batch._interval_spans()[0]
+        return self.batch.spans()[0]
 
     def suppressed(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Whether each pair reaches the overlap-coefficient threshold."""
@@ -380,60 +379,27 @@ class _Overlap:
             return out
         y0 = np.maximum(self.boxes[a, 1], self.boxes[b, 1])
         y1 = np.minimum(self.boxes[a, 3], self.boxes[b, 3])
-        if self.batch._bits is not None:  # every mask is held packed already: count on bits
-            return self.batch._bits.and_counts(
-                a,
-                b,
-                y0,
-                y1,
-                np.maximum(self.boxes[a, 0], self.boxes[b, 0]),
-                np.minimum(self.boxes[a, 2], self.boxes[b, 2]),
-            )
+        x0 = np.maximum(self.boxes[a, 0], self.boxes[b, 0])
+        x1 = np.minimum(self.boxes[a, 2], self.boxes[b, 2])
+        held = self.batch.packed
+        if held is not None:  # every mask is held packed already: count on bits
+            return held.and_counts(a, b, y0, y1, x0, x1)
         first_a, count_a = self._in_rows(a, y0, y1)
         first_b, count_b = self._in_rows(b, y0, y1)
         swap = count_a > count_b
         count = np.where(swap, count_b, count_a)
-        x0 = np.maximum(self.boxes[a, 0], self.boxes[b, 0]) // 8
-        x1 = (np.minimum(self.boxes[a, 2], self.boxes[b, 2]) + 7) // 8
-        dense = count > np.maximum(y1 - y0, 0) * np.maximum(x1 - x0, 0) / _BYTES_PER_PROBE
-        if rle_kernels.ENABLED:
-            pairs = np.flatnonzero(dense)
+        shared_bytes = np.maximum(y1 - y0, 0) * np.maximum((x1 + 7) // 8 - x0 // 8, 0)
+        dense = count > shared_bytes / _BYTES_PER_PROBE
+        pairs = np.flatnonzero(dense)
+        if pairs.size:
             a_, b_ = a[pairs], b[pairs]
             packed = self._words()
-            _, start, end = self.batch._interval_spans()
+            _, start, end = self.batch.spans()
             packed.pack(np.concatenate([a_, b_]), start, end, self.offsets)
-            out[pairs] = packed.and_counts(
-                a_,
-                b_,
-                y0[pairs],
-                y1[pairs],
-                np.maximum(self.boxes[a_, 0], self.boxes[b_, 0]),
-                np.minimum(self.boxes[a_, 2], self.boxes[b_, 2]),
-            )
-        else:
-            for k in np.flatnonzero(dense).tolist():
-                out[k] = self._bit_count(int(a[k]), int(b[k]), y0[k], y1[k], x0[k], x1[k])
+            out[pairs] = packed.and_counts(a_, b_, y0[pairs], y1[pairs], x0[pairs], x1[pairs])
         k = ~dense
         out[k] = self._by_intervals(a[k], b[k], swap[k], first_a[k], first_b[k], count[k])
         return out
-
-    def _bit_count(self, i: int, j: int, y0: int, y1: int, x0: int, x1: int) -> int:
-        """``|A & B|`` on the packed rows ``y0:y1`` and bytes ``x0:x1`` shared by both boxes."""
-        if y1 <= y0 or x1 <= x0:
-            return 0
-        bi, bj = self._packed(i), self._packed(j)
-        ri, rj = int(self.boxes[i, 1]), int(self.boxes[j, 1])
-        both = bi[y0 - ri : y1 - ri, x0:x1] & bj[y0 - rj : y1 - rj, x0:x1]
-        return int(np.count_nonzero(np.unpackbits(both)))
-
-    def _packed(self, i: int) -> np.ndarray:
-        """Mask ``i``'s rows within its box, full width, 8 pixels a byte."""
-        packed = self.bits.get(i)
-        if packed is None:
-            _, y0, _, y1 = (int(v) for v in self.boxes[i])
-            rows = self.batch.mask(i).window(y0, 0, y1, self.w)
-            packed = self.bits[i] = np.packbits(rows, axis=1)
-        return packed
 
     def _words(self) -> rle_kernels.PackedMasks:
         """The masks as bits for the compiled kernels (each packed when first needed)."""
@@ -479,7 +445,7 @@ class _Overlap:
     ) -> tuple[np.ndarray, np.ndarray]:
         """First index and number of ``mask``'s intervals touching rows ``y0 <= y < y1``."""
         if rle_kernels.ENABLED:
-            _, start, end = self.batch._interval_spans()
+            _, start, end = self.batch.spans()
             return rle_kernels.in_rows(start, end, self.offsets, mask, y0, y1, self.w)
         base = mask * self.hw
         first = np.searchsorted(self.end, base + y0 * self.w, side="right")

@@ -395,7 +395,7 @@ class RleMasks:
         return batch
 
     @classmethod
-    def _from_bits(cls, bits, k: np.ndarray, last_on: np.ndarray, shape: tuple[int, int]):
+    def from_packed(cls, bits, k: np.ndarray, last_on: np.ndarray, shape: tuple[int, int]):
         """A batch held as packed bits (``rle_kernels.PackedMasks``, every mask packed, with
         boxes and areas), ``k`` foreground intervals a mask, ``last_on`` where a mask's last
         pixel is foreground. Its intervals are made from the bits when asked for (all at once,
@@ -442,7 +442,7 @@ class RleMasks:
         """All masks' run lengths, concatenated (int64, read-only; made from the intervals the
         first time where the batch was made from them)."""
         if self._runs is None:
-            spans = self._interval_spans()
+            spans = self.spans()
             self._runs = _frozen(_runs_from_spans(*spans, self._shape[0] * self._shape[1]))
         return self._runs
 
@@ -491,7 +491,7 @@ class RleMasks:
         """
         if self._intervals is None:
             if self._spans is not None or self._bits is not None:
-                offsets, start, end = self._interval_spans()
+                offsets, start, end = self.spans()
                 owner = np.repeat(np.arange(len(self), dtype=np.int64), np.diff(offsets))
                 result = (
                     owner,
@@ -506,7 +506,13 @@ class RleMasks:
             self._intervals = result
         return self._intervals
 
-    def _interval_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    @property
+    def packed(self):
+        """The masks as packed bits (``rle_kernels.PackedMasks``, the one packed layout) where
+        the batch was made from them (:meth:`from_packed`), else None."""
+        return self._bits
+
+    def spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`intervals` as ``(offsets, start, end)``: mask ``i``'s intervals are
         ``offsets[i]:offsets[i + 1]`` (no per-interval mask index is made; positions int32 or
         int64)."""
@@ -586,7 +592,7 @@ class RleMasks:
             taken._bits = self._bits.take(idx)
         known = self._spans is not None or self._intervals is not None
         if (self._runs is None and (known or self._bits is None)) or (is_range and known):
-            offsets, start, end = self._interval_spans()
+            offsets, start, end = self.spans()
             if is_range:
                 a, b = int(offsets[lo]), int(offsets[hi])
                 taken._spans = (_frozen(offsets[lo : hi + 1] - a), start[a:b], end[a:b])
@@ -623,7 +629,7 @@ class RleMasks:
             out._bits = type(batches[0]._bits).concat([b._bits for b in batches])
         spans_known = all(b._spans is not None or b._intervals is not None for b in batches)
         if batches and (spans_known or (out._runs is None and out._bits is None)):
-            parts = [b._interval_spans() for b in batches]
+            parts = [b.spans() for b in batches]
             first = np.cumsum([0] + [p[0][-1] for p in parts])
             offsets = [parts[0][0][:1]] + [p[0][1:] + first[i] for i, p in enumerate(parts)]
             out._spans = (

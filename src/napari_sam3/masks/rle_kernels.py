@@ -4,7 +4,8 @@ Fragmented masks (noise-like model output, fields, water, clouds) have tens of t
 runs each, and the numpy steps that build and compare them (thresholding upsampled logits,
 finding the runs, counting overlaps) spend their time on temporaries. These kernels do the same
 work in one pass per mask and give identical results: the numpy code in ``postprocess.py``,
-``rle.py`` and ``dedup.py`` is the reference, and the tests compare both on every host.
+``rle.py``, ``dedup.py`` and :class:`PackedMasks` is the reference, and the tests compare both
+on every host. :class:`PackedMasks` is the one owner of the packed-bits layout.
 
 :data:`ENABLED` is True where numba imports; otherwise (or when set to False) the callers run
 the numpy code. The kernels are compiled on first use (about 3 s, once) and cached on disk by
@@ -378,6 +379,40 @@ def _and_counts(store, at, rows, word0, words, a, b, y0, y1, x0, x1, out):
         out[p] = total
 
 
+def _pack_rows_numpy(starts, ends, y0, y1, w, word0, words, out):
+    """`_pack_rows` in numpy (where the kernels are off): the same bits in the same words."""
+    rows = y1 - y0
+    if rows <= 0 or words <= 0:
+        return
+    lo, n = y0 * w, rows * w
+    edges = np.zeros(n + 1, dtype=np.int32)
+    np.add.at(edges, np.clip(np.asarray(starts, np.int64) - lo, 0, n), 1)
+    np.add.at(edges, np.clip(np.asarray(ends, np.int64) - lo, 0, n), -1)
+    pixels = (
+        np.cumsum(edges[:-1]).astype(bool).reshape(rows, w)[:, word0 * 64 : (word0 + words) * 64]
+    )
+    frame = np.zeros((rows, words * 64), dtype=bool)
+    frame[:, : pixels.shape[1]] = pixels
+    # little bit order: pixel x in bit x % 8 of byte x // 8, so bit x % 64 of a little-endian word
+    out |= np.packbits(frame, axis=1, bitorder="little").view("<u8").reshape(-1)
+
+
+def _and_counts_numpy(store, at, rows, word0, words, a, b, y0, y1, x0, x1, out):
+    """`_and_counts` in numpy (where the kernels are off)."""
+
+    def block(i: int, p: int, k0: int, k1: int) -> np.ndarray:
+        first = at[i] + (y0[p] - rows[i]) * words[i]
+        part = store[first : first + (y1[p] - y0[p]) * words[i]].reshape(-1, words[i])
+        return part[:, k0 - word0[i] : k1 - word0[i]]
+
+    for p in range(a.size):
+        if y1[p] <= y0[p] or x1[p] <= x0[p]:
+            continue
+        k0, k1 = x0[p] >> 6, (x1[p] + 63) >> 6
+        both = block(a[p], p, k0, k1) & block(b[p], p, k0, k1)
+        out[p] = int(np.count_nonzero(np.unpackbits(both.view(np.uint8))))
+
+
 @_jit
 def _intervals_from_bits(store, at, y0, y1, word0, words, w, starts, ends):
     """One packed mask's foreground intervals (positions within the mask) into ``starts`` /
@@ -420,7 +455,9 @@ class PackedMasks:
     ``k``, each mask's number of foreground intervals, is known, and the intervals are made
     from the bits when asked: :meth:`spans`, :meth:`intervals_of`); or empty, for dedup, each
     mask packed from its intervals when first needed (:meth:`pack`). Either way, exact
-    intersection counts of fragmented masks (:meth:`and_counts`)."""
+    intersection counts of fragmented masks (:meth:`and_counts`). This class owns the layout:
+    :meth:`pack` and :meth:`and_counts` run numpy code for the same bits where the kernels are
+    off, and nothing outside it reads the words."""
 
     def __init__(self, boxes: np.ndarray, w: int, areas=None, k=None, store=None, at=None):
         """Nothing packed yet; or, with ``store`` and ``at`` (where each mask's words begin),
@@ -523,14 +560,14 @@ class PackedMasks:
         self.at[todo] = self.used + np.cumsum(sizes) - sizes
         self.used = need
 
+        pack_rows = _pack_rows if ENABLED else _pack_rows_numpy
+
         def one(i: int) -> None:
             x0, y0, x1, y1 = (int(v) for v in self.boxes[i])
             lo, hi = offsets[i], offsets[i + 1]
             at, size = int(self.at[i]), (y1 - y0) * int(self.words[i])
             part = self.store[at : at + size]
-            _pack_rows(
-                starts[lo:hi], ends[lo:hi], y0, y1, self.w, x0 >> 6, int(self.words[i]), part
-            )
+            pack_rows(starts[lo:hi], ends[lo:hi], y0, y1, self.w, x0 >> 6, int(self.words[i]), part)
 
         spread(one, todo.tolist())
 
@@ -542,9 +579,10 @@ class PackedMasks:
         out = np.zeros(args[0].size, dtype=np.int64)
         step = max(1, -(-out.size // workers()))
         fixed = (self.store, self.at, self.rows, self.word0, self.words)
+        and_counts = _and_counts if ENABLED else _and_counts_numpy
 
         def one(lo: int) -> None:
-            _and_counts(*fixed, *(v[lo : lo + step] for v in args), out[lo : lo + step])
+            and_counts(*fixed, *(v[lo : lo + step] for v in args), out[lo : lo + step])
 
         spread(one, list(range(0, out.size, step)))
         return out

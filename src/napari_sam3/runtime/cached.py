@@ -365,82 +365,18 @@ class Logic:
 
     # -- grounding -----------------------------------------------------------------------------
     def _ground(self, key: str, vision: dict, inputs: dict, call) -> dict:
-        tokens = np.asarray(inputs.get(contract.TOKEN_IDS), np.int64)
-        if tokens.ndim != 2 or len(tokens) == 0:
-            raise InvalidInput(f"{contract.TOKEN_IDS} must be [N, {contract.TEXT_TOKENS}], N >= 1")
-        n = len(tokens)
-        if n > self.max_keywords:
-            raise InvalidInput(f"at most {self.max_keywords} queries per request, got {n}")
-        exemplars = self._exemplars(inputs, n)
-        concepts = concept_inputs(inputs, n)
-        first_concept = n - len(concepts)
-        options = {
-            "score_thr": post.scalar(inputs, contract.SCORE_THR, post.DEFAULT_SCORE_THR, float),
-            "mask_thr": post.scalar(inputs, contract.MASK_THR, post.DEFAULT_MASK_THR, float),
-            "max_det": post.scalar(inputs, contract.MAX_DET, post.DEFAULT_MAX_DET, int),
-        }
-        grounding = {name: vision[name] for name in contract.GROUNDING_VISION}
-        scores, boxes, masks, counts = [], [], [], []
-        for i, row in enumerate(tokens):
-            if i >= first_concept:
-                prompt = concepts[i - first_concept]
-                head = contract.DECODER_CT
-            else:
-                prompt = {name: value[i : i + 1] for name, value in exemplars.items()}
-                head = contract.DECODER
+        def held(row, prompt, decode):
             prompt_key = _digest(np.frombuffer(key.encode(), np.uint8), row, *prompt.values())
-
-            def decode(row=row, prompt=prompt, head=head):
-                text = call(
-                    contract.TEXT,
-                    {contract.TOKEN_IDS: row[None]},
-                    (contract.TEXT_FEATURES, contract.TEXT_PADDING_MASK),
-                )
-                out = call(head, {**grounding, **text, **prompt}, contract.DECODER_OUTPUTS)
-                return {name: _held(out[name]) for name in contract.DECODER_OUTPUTS}
-
-            raw, _ = self.heads.get_or_compute(prompt_key, decode)
-            s, b, decoded = post.postprocess_masks(
-                raw[contract.PRED_LOGITS],
-                raw[contract.PRED_BOXES],
-                raw[contract.PRED_MASKS],
-                raw[contract.PRESENCE_LOGIT],
-                self.image_size,
-                **options,
+            kept = self.heads.get_or_compute(
+                prompt_key, lambda: {name: _held(value) for name, value in decode().items()}
             )
-            scores.append(s)
-            boxes.append(b.reshape(-1, 4))
-            masks.append(decoded)
-            counts.append(len(decoded))
-        size = (self.image_size, self.image_size)
-        return {
-            contract.SCORES: np.concatenate(scores).astype(np.float32),
-            contract.BOXES: np.concatenate(boxes).astype(np.float32),
-            # in-process the client takes the runs as they are; bytes only across a process
-            contract.MASKS_RLE: rle.RlePayload(rle.RleMasks.concat(masks, size)),
-            contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
-        }
+            return kept[0]
 
-    def _exemplars(self, inputs: dict, n: int) -> dict:
-        names = (contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.EXEMPLAR_VALID)
-        dtypes = (np.float32, np.int64, np.bool_)
-        present = [name for name in names if name in inputs]
-        if not present:
-            return {
-                contract.EXEMPLAR_BOXES: np.zeros((n, self.slots, 4), np.float32),
-                contract.EXEMPLAR_LABELS: np.zeros((n, self.slots), np.int64),
-                contract.EXEMPLAR_VALID: np.zeros((n, self.slots), np.bool_),
-            }
-        if len(present) != 3:
-            raise InvalidInput(f"send all of {', '.join(names)}, or none")
-        return {
-            name: _rows(np.asarray(inputs[name], dtype), n, name)
-            for name, dtype in zip(names, dtypes, strict=True)
-        }
+        return ground(vision, inputs, call, self.image_size, self.slots, self.max_keywords, held)
 
     # -- concepts ------------------------------------------------------------------------------
     def _concept(self, vision: dict, inputs: dict, call) -> dict:
-        exemplars = self._exemplars(inputs, 1)
+        exemplars = exemplar_inputs(inputs, 1, self.slots)
         feed = {
             contract.DET_FPN[2]: vision[contract.DET_FPN[2]],
             contract.DET_POS: vision[contract.DET_POS],
@@ -468,6 +404,96 @@ class Logic:
     def close(self) -> None:
         self.features.clear()
         self.heads.clear()
+
+
+def ground(
+    vision: dict,
+    inputs: dict,
+    call,
+    image_size: int,
+    slots: int,
+    max_keywords: int,
+    heads: Callable[[np.ndarray, dict, Callable[[], dict]], dict] | None = None,
+) -> dict:
+    """Grounding on one image's vision features, the logic of `sam3_cached`'s "ground" op and of
+    `sam3_multi`: each row of token_ids through the text encoder and the decoder with its
+    exemplar row or, for the last C rows, the concept decoder with concept c; then the
+    postprocess. Results are concatenated query after query, `keyword_counts` telling how many
+    belong to each. `heads(row, prompt, decode)` gives one query's raw decoder outputs, `decode()`
+    computing them (a cache goes there); None: each is decoded."""
+    tokens = np.asarray(inputs.get(contract.TOKEN_IDS), np.int64)
+    if tokens.ndim != 2 or len(tokens) == 0:
+        raise InvalidInput(f"{contract.TOKEN_IDS} must be [N, {contract.TEXT_TOKENS}], N >= 1")
+    n = len(tokens)
+    if n > max_keywords:
+        raise InvalidInput(f"at most {max_keywords} queries per request, got {n}")
+    exemplars = exemplar_inputs(inputs, n, slots)
+    concepts = concept_inputs(inputs, n)
+    first_concept = n - len(concepts)
+    options = {
+        "score_thr": post.scalar(inputs, contract.SCORE_THR, post.DEFAULT_SCORE_THR, float),
+        "mask_thr": post.scalar(inputs, contract.MASK_THR, post.DEFAULT_MASK_THR, float),
+        "max_det": post.scalar(inputs, contract.MAX_DET, post.DEFAULT_MAX_DET, int),
+    }
+    grounding = {name: vision[name] for name in contract.GROUNDING_VISION}
+    scores, boxes, masks, counts = [], [], [], []
+    for i, row in enumerate(tokens):
+        if i >= first_concept:
+            prompt = concepts[i - first_concept]
+            head = contract.DECODER_CT
+        else:
+            prompt = {name: value[i : i + 1] for name, value in exemplars.items()}
+            head = contract.DECODER
+
+        def decode(row=row, prompt=prompt, head=head):
+            text = call(
+                contract.TEXT,
+                {contract.TOKEN_IDS: row[None]},
+                (contract.TEXT_FEATURES, contract.TEXT_PADDING_MASK),
+            )
+            out = call(head, {**grounding, **text, **prompt}, contract.DECODER_OUTPUTS)
+            return {name: out[name] for name in contract.DECODER_OUTPUTS}
+
+        raw = decode() if heads is None else heads(row, prompt, decode)
+        s, b, decoded = post.postprocess_masks(
+            raw[contract.PRED_LOGITS],
+            raw[contract.PRED_BOXES],
+            raw[contract.PRED_MASKS],
+            raw[contract.PRESENCE_LOGIT],
+            image_size,
+            **options,
+        )
+        scores.append(s)
+        boxes.append(b.reshape(-1, 4))
+        masks.append(decoded)
+        counts.append(len(decoded))
+    size = (image_size, image_size)
+    return {
+        contract.SCORES: np.concatenate(scores).astype(np.float32),
+        contract.BOXES: np.concatenate(boxes).astype(np.float32),
+        # in-process the client takes the runs as they are; bytes only across a process
+        contract.MASKS_RLE: rle.RlePayload(rle.RleMasks.concat(masks, size)),
+        contract.KEYWORD_COUNTS: np.asarray(counts, np.int32),
+    }
+
+
+def exemplar_inputs(inputs: dict, n: int, slots: int) -> dict:
+    """The exemplar slots of `n` queries: 1 row sent for all or one per query; none sent, empty."""
+    names = (contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.EXEMPLAR_VALID)
+    dtypes = (np.float32, np.int64, np.bool_)
+    present = [name for name in names if name in inputs]
+    if not present:
+        return {
+            contract.EXEMPLAR_BOXES: np.zeros((n, slots, 4), np.float32),
+            contract.EXEMPLAR_LABELS: np.zeros((n, slots), np.int64),
+            contract.EXEMPLAR_VALID: np.zeros((n, slots), np.bool_),
+        }
+    if len(present) != 3:
+        raise InvalidInput(f"send all of {', '.join(names)}, or none")
+    return {
+        name: _rows(np.asarray(inputs[name], dtype), n, name)
+        for name, dtype in zip(names, dtypes, strict=True)
+    }
 
 
 def decode_click(features: dict, inputs: dict, call, image_size: int, masks: bool = True) -> dict:

@@ -127,7 +127,7 @@ def threshold_masks(
         (*cols[:2], 1.0 - cols[2], cols[2]),
         size,
     )
-    return RleMasks._from_bits(packed, k, last_on, (size, size))
+    return RleMasks.from_packed(packed, k, last_on, (size, size))
 
 
 def threshold_boxes(logits: np.ndarray, size: int, cut: float) -> np.ndarray:

@@ -37,7 +37,6 @@ from napari_sam3.imagery.stretch import channels_rgb, select_channels
 from napari_sam3.masks.protocol import frame_masks, tight_crop
 from napari_sam3.prompts.query import Query
 from napari_sam3.runtime.cached import heads_bytes, image_bytes
-from napari_sam3.runtime.engines.local import LocalEngine
 from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.budget import ScenePlan, resolve_budget
 from napari_sam3.scene.masks import SceneMask
@@ -303,7 +302,7 @@ def scene_plan(
 ) -> ScenePlan:
     """The run's memory plan: what one tile and one query take in this process (the features
     and raw head outputs only where the model runs here, the embedded engine)."""
-    here = isinstance(client.engine, LocalEngine)
+    here = client.engine.local
     sizes = client.manifest.sizes if here else None
     cache = client.cache_info()["features"]["max_bytes"] if here else 0
     side = max(max(t.height, t.width) for t in tiles) if tiles else int(client.image_size)

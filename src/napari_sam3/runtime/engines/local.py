@@ -13,6 +13,7 @@ import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,9 +32,11 @@ class LocalEngine:
     """In-process runner of a model repository written by `sam3-export`.
 
     `runtime` ("openvino", "onnxruntime" or "auto") and `precision` ("fp32", "bf16" or "auto")
-    choose how its ONNX graphs run (`runtime.onnx_runner.choose`); `choices` says, per
-    graph, what was picked and why.
+    choose how its ONNX graphs run (`runtime.onnx_runner.choose`); `runtime_choices()` says,
+    per graph, what was picked and why.
     """
+
+    local = True  # the models run in this process
 
     def __init__(
         self,
@@ -97,6 +100,10 @@ class LocalEngine:
         if reasons and choices:
             text += ". Why: " + onnx_runner.reasons(choices)
         return text
+
+    def runtime_choices(self) -> dict[str, Any]:
+        """Per graph, the `onnx_runner.Choice` made (as compiled, once a graph has loaded)."""
+        return dict(self.choices)
 
     def loaded_graphs(self) -> list[str]:
         """The graphs compiled so far, in the repository's order: a graph loads on its first

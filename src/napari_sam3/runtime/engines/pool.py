@@ -73,6 +73,8 @@ class _Member:
 class PoolEngine:
     """Several Triton servers as one engine (the ``infer`` / ``config`` of ``TritonEngine``)."""
 
+    local = False  # the models run in the servers
+
     def __init__(
         self,
         addresses: str | Sequence[str],
@@ -250,6 +252,14 @@ class PoolEngine:
 
     def loaded_graphs(self) -> list[str] | None:
         return None  # the server loads what its repository holds
+
+    def runtime_choices(self) -> dict[str, Any] | None:
+        return None  # the servers' repository decides
+
+    def cache_bounds(
+        self, features: int | None = None, heads: int | None = None
+    ) -> tuple[int, int] | None:
+        return None  # the servers' caches are their own
 
     def refresh(self) -> None:
         """Forget the configs read so far and the servers that hold each image, and serve the

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -124,6 +125,8 @@ def _read_pem(path, what: str) -> bytes | None:
 class TritonEngine:
     """gRPC calls to a Triton server (one address, a name with several, or a list of IPs) over
     one channel; retries transient transport errors within a deadline."""
+
+    local = False  # the models run in the server
 
     def __init__(
         self,
@@ -247,6 +250,14 @@ class TritonEngine:
 
     def loaded_graphs(self) -> list[str] | None:
         return None  # the server loads what its repository holds
+
+    def runtime_choices(self) -> dict[str, Any] | None:
+        return None  # the server' repository decides
+
+    def cache_bounds(
+        self, features: int | None = None, heads: int | None = None
+    ) -> tuple[int, int] | None:
+        return None  # the server' caches are its own
 
     def refresh(self) -> None:
         """Forget the model configs read so far: the next `config` asks the server again.
