@@ -379,18 +379,9 @@ class Sam3Client:
             exemplar_boxes, exemplar_labels = _vector_exemplars(
                 image, exemplars, exemplar_boxes, exemplar_labels
             )
-        if prompt is not None and not isinstance(prompt, str):
-            raise InvalidType(f"prompt must be a string, got {type(prompt).__name__}")
-        query = Query(
-            keywords=() if prompt is None else (prompt,),
-            concepts=() if concept is None else (concept,),
-            exemplar_boxes=exemplar_boxes,
-            exemplar_labels=exemplar_labels,
-            score_thr=score_thr,
-            mask_thr=mask_thr,
-            max_det=max_det,
-            dedup=dedup,
-        )
+        limits = {"score_thr": score_thr, "mask_thr": mask_thr, "max_det": max_det, "dedup": dedup}
+        boxes = {"exemplar_boxes": exemplar_boxes, "exemplar_labels": exemplar_labels}
+        query = Query.of(prompt, concept=concept, **boxes, **limits)
         return self._ground(self._as_prepared(image, bands), query)
 
     @_on_the_served_model
@@ -476,14 +467,8 @@ class Sam3Client:
         Concept) pairs, or a {name: Concept} mapping; they share the vision pass with the keywords.
         At most the model's `max_keywords` in a call (:meth:`find` takes any number).
         """
-        query = Query(
-            keywords=keywords,
-            concepts=concepts,
-            score_thr=score_thr,
-            mask_thr=mask_thr,
-            max_det=max_det,
-            dedup=dedup,
-        )
+        limits = {"score_thr": score_thr, "mask_thr": mask_thr, "max_det": max_det, "dedup": dedup}
+        query = Query(keywords=keywords, concepts=concepts, **limits)
         keywords = list(query.keywords)
         named = query.named_concepts()
         for _, concept in named:

@@ -164,7 +164,11 @@ class Query:
         ``keywords``, a list; ``concept``, one or a list) as a query."""
         words: list[str] = []
         if prompt is not None:
-            if not isinstance(prompt, str) or not prompt.strip():
+            if not isinstance(prompt, str):
+                raise InvalidType(
+                    f"prompt must be a string such as 'building', got {type(prompt).__name__}"
+                )
+            if not prompt.strip():
                 raise InvalidInput(
                     f"prompt must be a non-empty string such as 'building', got {prompt!r}"
                 )
