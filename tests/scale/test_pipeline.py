@@ -40,7 +40,7 @@ class _Gated:
     image_size = 32
     model_id = "stub"
     manifest = types.SimpleNamespace(max_keywords=4)
-    engine = types.SimpleNamespace(concurrency=lambda: 1)  # the Engine member scenes read
+    engine = types.SimpleNamespace(concurrency=lambda: 1, local=False)  # what scenes read
 
     def __init__(self, at_once: int) -> None:
         self.at_once = at_once

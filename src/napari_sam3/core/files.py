@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from napari_sam3.core.errors import BadData, MissingFile, OutputExists
+from napari_sam3.core.errors import InvalidInput, MissingFile, OutputExists
 
 
 def read_small_file(
@@ -40,7 +40,7 @@ def read_pem(path: str | os.PathLike, what: str, marker: str = "-----BEGIN ") ->
     """A TLS certificate or key file: small, and holding `marker`."""
     data = read_small_file(path, MAX_PEM_BYTES, f"TLS {what}")
     if marker.encode("ascii") not in data:
-        raise BadData(f"TLS {what}: {path} is not a PEM file (no {marker.strip('- ')} line)")
+        raise InvalidInput(f"TLS {what}: {path} is not a PEM file (no {marker.strip('- ')} line)")
     return data
 
 
