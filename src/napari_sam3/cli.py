@@ -429,6 +429,18 @@ def _scene_settings(args: argparse.Namespace) -> Any:
         raise UsageError(str(error)) from None
 
 
+def _check_keywords(args: argparse.Namespace) -> None:
+    """--prompt and --keywords, checked before any model work (the Query checks them again)."""
+    from napari_sam3.prompts.keywords import check_keyword
+
+    words = ([] if args.prompt is None else [args.prompt]) + parse_keywords(args.keywords)
+    for word in words:
+        try:
+            check_keyword(word)
+        except InvalidInput as error:
+            raise UsageError(str(error)) from None
+
+
 def _query(args: argparse.Namespace, concepts: list[Any]) -> Any:
     """The Query of --prompt, --keywords, the --concept files (read on the model), --exemplars,
     the thresholds and the post-processing."""
@@ -596,6 +608,7 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
         raise UsageError(str(error)) from None
     _refuse_inputs([*targets, out / JOURNAL, out / LOCK], _protected(args, inputs))
     settings = _scene_settings(args)
+    _check_keywords(args)
     spec = _connection_spec(args)
     client, concepts = _load_model(args, spec)  # reachable, the concepts fit: checked once
     try:
@@ -665,6 +678,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
             inputs, args.out, args.format, args.overwrite, _protected(args, inputs)
         )
         settings = _scene_settings(args)
+        _check_keywords(args)
         client, concepts = _load_model(args)
         query = _with_exemplars(args, client, _query(args, concepts), inputs, settings)
     except UsageError as error:

@@ -23,7 +23,7 @@ import numpy as np
 from napari_sam3.core import validate
 from napari_sam3.core.errors import InvalidInput, InvalidType
 from napari_sam3.prompts.concept import Concept
-from napari_sam3.prompts.keywords import parse_keywords
+from napari_sam3.prompts.keywords import check_keyword, parse_keywords
 
 __all__ = ["DEFAULT_DEDUP", "PostProcess", "Query"]
 
@@ -168,10 +168,6 @@ class Query:
                 raise InvalidType(
                     f"prompt must be a string such as 'building', got {type(prompt).__name__}"
                 )
-            if not prompt.strip():
-                raise InvalidInput(
-                    f"prompt must be a non-empty string such as 'building', got {prompt!r}"
-                )
             words.append(prompt)
         if keywords is not None:
             if isinstance(keywords, str):
@@ -280,12 +276,9 @@ def _keywords(value: Any) -> tuple[str, ...]:
         raise _WrongType(_KEYWORDS_TYPE)
     out: list[str] = []
     for word in value:
-        if not isinstance(word, str) or not word.strip():
-            raise InvalidInput(
-                f"every keyword must be a non-empty string such as 'building', got {word!r}"
-            )
-        if word.strip() not in out:
-            out.append(word.strip())
+        word = check_keyword(word)
+        if word not in out:
+            out.append(word)
     return tuple(out)
 
 
@@ -310,6 +303,8 @@ def _concepts(value: Any) -> tuple[tuple[Concept, ...], list[str]]:
             )
         if name is not None and name != item.name:
             item = dataclasses.replace(item, name=str(name))
+        if item.name:  # it names the concept's detections, as a keyword does
+            item = dataclasses.replace(item, name=check_keyword(item.name))
         out.append(item)
     return tuple(out), files
 
