@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -129,14 +131,21 @@ def test_export_all_and_selection_with_attributes(results, tmp_path, ui):
     import geopandas as gpd
 
     panel, table, layer = results
-    written = table.export(tmp_path / "all.gpkg")
+    # an object wholly under better-scored ones shows no pixel: no polygon, dropped and counted
+    shown = layer.features[layer.features["area"] > 0]
+    hidden = len(layer.features) - len(shown)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        written = table.export(tmp_path / "all.gpkg")
     assert table.last_error is None, table.status.value
+    said = " ".join(str(w.message) for w in caught)
+    assert (f"{hidden} dropped (empty" in said) if hidden else ("dropped" not in said)
     gdf = gpd.read_file(written[0])
-    assert len(gdf) == len(layer.features)
+    assert len(gdf) == len(shown) and gdf.geometry.is_valid.all()
     assert gdf.crs.to_epsg() == 32633
-    assert sorted(gdf["keyword"]) == sorted(layer.features["keyword"])
-    np.testing.assert_allclose(sorted(gdf["score"]), sorted(layer.features["score"]), rtol=1e-5)
-    pick = int(layer.features["index"].iloc[0])
+    assert sorted(gdf["keyword"]) == sorted(shown["keyword"])
+    np.testing.assert_allclose(sorted(gdf["score"]), sorted(shown["score"]), rtol=1e-5)
+    pick = int(shown["index"].iloc[0])
     table.select(layer.name, pick)
     written = table.export(tmp_path / "one.geojson", selection_only=True)
     one = gpd.read_file(written[0])

@@ -369,6 +369,7 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool
         else:
             gdf = gdf.to_crs(epsg=4326)
             options["layer_options"] = {"RFC7946": "YES"}
+    gdf = sound_geometries(gdf, path.name)
     types = set(gdf.geometry.dropna().geom_type)
     if types <= {"Polygon", "MultiPolygon"}:
         options.update(geometry_type="MultiPolygon", promote_to_multi=True)
@@ -385,6 +386,50 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool
         warnings.filterwarnings("ignore", message=".*No SRS set on layer.*")
         pyogrio.write_dataframe(frame, tmp, driver=driver, **options)
     return path
+
+
+def sound_geometries(gdf: gpd.GeoDataFrame, name: str = "output") -> gpd.GeoDataFrame:
+    """``gdf`` with only geometries a file may hold: invalid polygons repaired
+    (``shapely.make_valid``, their polygonal part kept), and empty ones, ones with coordinates
+    that are not finite (a reprojection outside the CRS's range) and ones left empty by repair
+    dropped; a UserWarning counts each (no output receives a broken geometry silently)."""
+    geoms = gdf.geometry
+    if geoms.isna().all() or not len(gdf):
+        return gdf
+    arr = np.asarray(geoms.values, dtype=object)
+    present = ~shapely.is_missing(arr)
+    coords_ok = np.array(
+        [g is None or bool(np.isfinite(shapely.get_coordinates(g)).all()) for g in arr]
+    )
+    invalid = present & coords_ok & ~shapely.is_empty(arr) & ~shapely.is_valid(arr)
+    repaired = arr.copy()
+    if invalid.any():
+        repaired[invalid] = [_polygonal(g) for g in shapely.make_valid(arr[invalid])]
+    keep = coords_ok & ~(present & shapely.is_empty(repaired))
+    dropped = int((~keep).sum())
+    fixed_count = int((invalid & keep).sum())
+    if not dropped and not fixed_count:
+        return gdf
+    parts = []
+    if fixed_count:
+        parts.append(f"{fixed_count} invalid geometr{'y' if fixed_count == 1 else 'ies'} repaired")
+    if dropped:
+        parts.append(
+            f"{dropped} dropped (empty, or with coordinates that are not finite: georeferencing "
+            "outside its CRS's range?)"
+        )
+    warnings.warn(f"{name}: {'; '.join(parts)}", UserWarning, stacklevel=3)
+    out = gdf.copy()
+    out[out.geometry.name] = gpd.GeoSeries(repaired, index=gdf.index, crs=gdf.crs)
+    return out[keep]
+
+
+def _polygonal(geom: Any) -> Any:
+    """The polygonal part of a repaired geometry (a collection may hold lines or points)."""
+    if geom.geom_type in ("Polygon", "MultiPolygon"):
+        return geom
+    polygons = [g for g in getattr(geom, "geoms", ()) if g.geom_type in ("Polygon", "MultiPolygon")]
+    return shapely.union_all(polygons) if polygons else shapely.Polygon()
 
 
 def _write_shapefile(

@@ -16,6 +16,7 @@ import numpy as np
 
 from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery.bands import BandKey
+from napari_sam3.imagery.placement import check_placement
 from napari_sam3.imagery.raster import (
     RasterInfo,
     Source,
@@ -103,6 +104,7 @@ def scene_view(
 
 
 def _decide(source, info, bands, nodata, gsd, region, stats, percentiles, warn):
+    check_placement(info, warn)
     window = None if region is None else np.s_[region[0] : region[2], region[1] : region[3]]
     overview = read_raster(source, bands=bands, window=window, max_size=VIEW_SIZE, gsd=gsd)
     asked = check_nodata(nodata)
