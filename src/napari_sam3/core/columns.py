@@ -4,7 +4,9 @@ and tests name them from here."""
 from __future__ import annotations
 
 __all__ = [
+    "CHANGE_COLUMNS",
     "FEATURE_COLUMNS",
+    "HISTORY_COLUMNS",
     "POLYGON_COLUMNS",
     "PROVENANCE_COLUMNS",
     "RESULT_COLUMNS",
@@ -30,3 +32,22 @@ POLYGON_COLUMNS = [
 ]
 # a napari result layer's features (plugin/widgets/_layers.py), in the results table's order
 FEATURE_COLUMNS = ["index", "keyword", "score", "area", "prompt_kind", "source"]
+# compare (change/classify.py): one row per object of two dates, then geometry (after; before
+# for gone) and before_geometry (written as before_wkt)
+CHANGE_COLUMNS = [
+    "change",
+    "reason",
+    "keyword",
+    "iou",
+    "before_score",
+    "after_score",
+    "before_area_m2",
+    "after_area_m2",
+    "before_ids",
+    "after_ids",
+    "before_source",
+    "after_source",
+]
+# change_between (change/run.py): which pair of dates a row compares, and the object's track
+# over every date (the classes of its steps, in order)
+HISTORY_COLUMNS = ["step", "before_date", "after_date", "track", "history"]
