@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from napari_sam3.change.match import Match, match_objects, prepare, working_crs
 from napari_sam3.core import validate
 from napari_sam3.core.columns import CHANGE_COLUMNS
 from napari_sam3.core.errors import InvalidInput
-from napari_sam3.change.match import Match, match_objects, prepare, working_crs
 
 __all__ = ["CHANGE_CLASSES", "compare"]
 
@@ -81,20 +81,19 @@ def compare(
     iou = validate.unit_interval("iou", iou, open_low=True)
     changed_iou = validate.unit_interval("changed_iou", changed_iou)
     if not (isinstance(area_factor, int | float) and 1 <= area_factor < float("inf")):
-        raise InvalidInput(f"area_factor must be a number of at least 1, e.g. 1.5, got {area_factor!r}")
+        raise InvalidInput(
+            f"area_factor must be a number of at least 1, e.g. 1.5, got {area_factor!r}"
+        )
     edge = _metres("edge", edge)
     distance = None if distance is None else _metres("distance", distance)
     crs = working_crs(before, after)
     before, b_geoms, b_area = prepare(before, crs, "before")
     after, a_geoms, a_area = prepare(after, crs, "after")
     keywords = (_keywords(before), _keywords(after))
-    matches = match_objects(
-        b_geoms, a_geoms, keywords, iou=iou, distance=distance
-    )
+    matches = match_objects(b_geoms, a_geoms, keywords, iou=iou, distance=distance)
     where = _Limits(footprint, fill, edge, crs, before.crs)
     rows = [
-        _row(m, before, after, b_geoms, a_geoms, b_area, a_area, keywords, where)
-        for m in matches
+        _row(m, before, after, b_geoms, a_geoms, b_area, a_area, keywords, where) for m in matches
     ]
     table = pd.DataFrame(rows, columns=[*CHANGE_COLUMNS, "_after", "_before"])
     for m_row, m in zip(table.index, matches, strict=True):
@@ -199,7 +198,11 @@ def _first(table: pd.DataFrame, rows: list[int], column: str) -> str:
 
 
 def _metres(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < float("inf")
+    ):
         raise InvalidInput(f"{name} is a distance in metres (0 or more), got {value!r}")
     return float(value)
 

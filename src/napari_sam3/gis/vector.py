@@ -321,10 +321,16 @@ def _is_scalar_column(column: pd.Series) -> bool:
 # ----------------------------------------------------------------------------- writers
 
 
-def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool = False) -> Path:
+def write_vector(
+    gdf: gpd.GeoDataFrame,
+    path: str | os.PathLike,
+    overwrite: bool = False,
+    *,
+    layer: str = GEOPACKAGE_LAYER,
+) -> Path:
     """Write detections to a vector file by its extension, atomically.
 
-    - ``.gpkg``: one layer named ``"detections"`` in the GeoDataFrame's CRS. With
+    - ``.gpkg``: one layer named ``layer`` (``"detections"``) in the GeoDataFrame's CRS. With
       ``overwrite=True`` the whole file is replaced (other layers in it are not kept).
     - ``.shp``: an ESRI Shapefile (``.shp``, ``.shx``, ``.dbf``, ``.prj``, ``.cpg``) in the
       GeoDataFrame's CRS; field names longer than 10 characters are renamed
@@ -356,7 +362,7 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, overwrite: bool
         )
     driver = VECTOR_FORMATS[suffix]
     # The layer name also becomes GeoJSON's "name" member (else the temporary file's name).
-    options: dict[str, Any] = {"layer": GEOPACKAGE_LAYER}
+    options: dict[str, Any] = {"layer": layer}
     if driver == "GeoJSON":
         if gdf.crs is None:
             warnings.warn(
