@@ -1,4 +1,4 @@
-"""`napari-sam3`: the command line (segment rasters, run the demo, show a repository).
+"""`napari-sam3`: the command line (segment rasters, compare dates, run the demo, show a model).
 
 Exit codes (core/errors.py): 0 success, 1 a failed run, 2 refused before anything ran (bad usage
 or input, a missing file), 130 interrupted (Ctrl-C: nothing partial is written); the message says
@@ -764,6 +764,166 @@ def cmd_segment(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failures else EXIT_OK
 
 
+# ----------------------------------------------------------------------------- change
+
+
+def cmd_change(args: argparse.Namespace) -> int:
+    """Two or more dates of one place: segment each with the same query on one grid, compare
+    consecutive dates, write one layer and print a summary per step and keyword."""
+    from napari_sam3.change.run import LAYER, change_to_file, check_output
+
+    try:
+        if len(args.rasters) < 2:
+            raise UsageError("change needs two scenes or more, earliest first: BEFORE AFTER ...")
+        if args.dates is not None and len(args.dates) != len(args.rasters):
+            raise UsageError(
+                f"--dates gives {len(args.dates)} labels for {len(args.rasters)} scenes; "
+                "give one label per scene, in the same order"
+            )
+        inputs = []
+        for item in args.rasters:
+            found = _scene_inputs([item])
+            if len(found) != 1 or Path(item).is_dir():
+                raise UsageError(f"{item}: give one scene per date (a raster, URL or STAC item)")
+            inputs += found
+        out = Path(args.out)
+        if not out.parent.is_dir():
+            raise UsageError(f"--out {out}: folder {out.parent} does not exist")
+        try:
+            check_output(out)
+        except InvalidInput as error:
+            raise UsageError(f"--out: {error}") from None
+        _refuse_inputs([out], _protected(args, [p for p in inputs if isinstance(p, Path)]))
+        _check_replace([out], args.overwrite)
+        settings = _scene_settings(args)
+        _check_keywords(args)
+        client, concepts = _load_model(args)
+        query = _query(args, concepts)
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return RefusedError.exit_code
+    if client.manifest.random_weights:
+        print(RANDOM_BANNER, file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    table, summary, written = change_to_file(
+        client,
+        [str(p) for p in inputs],
+        out,
+        query,
+        settings,
+        overwrite=args.overwrite,
+        dates=args.dates,
+        iou=args.iou,
+        distance=args.distance,
+        changed_iou=args.changed_iou,
+        area_factor=args.area_factor,
+        edge=args.edge,
+        progress=not args.quiet,
+    )
+    args.written.append(written)
+    for line in summary.lines():
+        print(f"napari-sam3: {line}")
+    seconds = time.perf_counter() - start
+    layer = f" (layer {LAYER})" if written.suffix.lower() == ".gpkg" else ""
+    print(f"napari-sam3: wrote {len(table)} rows to {written}{layer} ({seconds:.1f} s)", flush=True)
+    return EXIT_OK
+
+
+def _add_change_parser(sub: Any) -> None:
+    change = sub.add_parser(
+        "change",
+        help="what changed between dates: objects of two or more scenes matched and classed",
+        description="Segment two or more scenes of one place (earliest first) with the same "
+        "query on the first scene's grid, over the ground they all cover, and write one layer "
+        "of objects classed new, gone, changed, same or unknown (near the footprint's edge or "
+        "either date's fill). With more than two scenes, each consecutive pair is a step and "
+        "each object's history is kept (columns step, track, history).",
+        epilog="Exit codes: 0 written; 1 the run failed; 2 refused before running (bad usage, "
+        "no model, scenes that do not overlap or cannot be placed, a date with no valid pixel, "
+        "an existing output without --overwrite). Nothing partial is ever written.",
+    )
+    change.add_argument(
+        "rasters",
+        nargs="+",
+        metavar="SCENE",
+        help="two or more scenes, earliest first: raster files, http(s) URLs or STAC items",
+    )
+    change.add_argument(
+        "--dates", nargs="+", metavar="LABEL", help="a label per scene (default: file names)"
+    )
+    _add_query_options(change)
+    model = change.add_mutually_exclusive_group(required=True)
+    model.add_argument("--server", help="Triton gRPC address host:port")
+    model.add_argument("--models", help="local model repository (run in-process)")
+    fits = [f for f in OUTPUT_FORMATS.values() if f.vector and f.driver != "ESRI Shapefile"]
+    change.add_argument(
+        "--out",
+        required=True,
+        help="the change layer: " + ", ".join(f"{f.suffix} ({f.label})" for f in fits),
+    )
+    change.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    area = change.add_argument_group("area and scale")
+    area.add_argument(
+        "--bbox",
+        metavar="MINX,MINY,MAXX,MAXY[,CRS]",
+        help="compare only this box (default CRS EPSG:4326, lon/lat), or a vector file's bounds",
+    )
+    area.add_argument(
+        "--gsd", type=float, metavar="METRES", help="read every date at METRES per pixel"
+    )
+    area.add_argument("--assets", metavar="A,B,C", help="STAC items: the assets to use")
+    how = change.add_argument_group("matching")
+    how.add_argument(
+        "--iou", type=float, default=0.3, help="overlap two dates' objects need to match (0.3)"
+    )
+    how.add_argument(
+        "--distance",
+        type=float,
+        metavar="METRES",
+        help="match objects whose centres are this close too (a moved object is then changed)",
+    )
+    how.add_argument(
+        "--changed-iou", type=float, default=0.5, help="a match overlapping less is changed (0.5)"
+    )
+    how.add_argument(
+        "--area-factor",
+        type=float,
+        default=1.5,
+        help="a match whose area grew or shrank more than this is changed (1.5)",
+    )
+    how.add_argument(
+        "--edge",
+        type=float,
+        metavar="METRES",
+        help="objects this close to the footprint's edge or to fill are unknown (one pixel)",
+    )
+    change.add_argument("--tile-size", type=int, help="pixels (default: the model's input size)")
+    change.add_argument("--tile-overlap", type=int, help="pixels (default: tile size / 8)")
+    change.add_argument("--bands", help="1 or 3 bands, 1-based or by name: 4,3,2 or B04,B03,B02")
+    change.add_argument("--nodata", type=_nodata, help="as for segment: a value, or none")
+    change.add_argument("--memory-budget", metavar="SIZE", help="as for segment")
+    change.add_argument("--score-thr", type=float, help="minimum score (default: the model's)")
+    change.add_argument("--max-det", type=int, help="at most this many objects per tile")
+    change.add_argument(
+        "--dedup", type=float, default=0.85, help="overlap that makes a duplicate (default 0.85)"
+    )
+    post = change.add_argument_group("vector post-processing (off by default)")
+    post.add_argument("--min-area-m2", type=float, help="drop polygons smaller than this (m2)")
+    post.add_argument("--min-area-px", type=int, help="drop masks of fewer pixels")
+    post.add_argument("--fill-holes", action="store_true", help="fill holes in polygons")
+    post.add_argument(
+        "--regularize", action="store_true", help="square building outlines (buildingregulariser)"
+    )
+    post.add_argument("--smooth", action="store_true", help="smooth pixel edges (smoothify)")
+    post.add_argument(
+        "--simplify-m", type=float, help="simplify after the above, tolerance in CRS units"
+    )
+    change.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_server_options(change)
+    _add_runtime_options(change)
+    change.set_defaults(run=cmd_change)
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     if args.raster is not None:
         return _describe_raster(args)
@@ -803,6 +963,32 @@ def _describe_raster(args: argparse.Namespace) -> int:
     )
     print("\n".join(lines), flush=True)
     return EXIT_OK
+
+
+def _add_query_options(parser: argparse.ArgumentParser) -> None:
+    """What to look for: the options `segment` and `change` share."""
+    parser.add_argument("--prompt", help="what to look for, e.g. building")
+    parser.add_argument(
+        "--keywords", help="several things at once, separated by commas or semicolons: a,b,c"
+    )
+    parser.add_argument(
+        "--concept", action="append", metavar="FILE.npz", help="a saved concept (repeatable)"
+    )
+    parser.add_argument(
+        "--exemplars",
+        metavar="FILE",
+        help=f"exemplar polygons/boxes from a vector file ({', '.join(VECTOR_INPUTS)}) "
+        "in any CRS; the tiles they fall in encode a concept applied to every raster",
+    )
+    parser.add_argument(
+        "--exemplar-label-column",
+        metavar="COL",
+        help="column saying positive (1/true/positive) or negative (0/false/negative); "
+        "default: all positive",
+    )
+    parser.add_argument(
+        "--exemplars-crs", metavar="CRS", help="the CRS of an exemplar file that has none"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -846,28 +1032,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="raster files, folders, http(s) URLs of COGs, or STAC items/catalogs (.json path or "
         "URL)",
     )
-    segment.add_argument("--prompt", help="what to look for, e.g. building")
-    segment.add_argument(
-        "--keywords", help="several things at once, separated by commas or semicolons: a,b,c"
-    )
-    segment.add_argument(
-        "--concept", action="append", metavar="FILE.npz", help="a saved concept (repeatable)"
-    )
-    segment.add_argument(
-        "--exemplars",
-        metavar="FILE",
-        help=f"exemplar polygons/boxes from a vector file ({', '.join(VECTOR_INPUTS)}) "
-        "in any CRS; the tiles they fall in encode a concept applied to every raster",
-    )
-    segment.add_argument(
-        "--exemplar-label-column",
-        metavar="COL",
-        help="column saying positive (1/true/positive) or negative (0/false/negative); "
-        "default: all positive",
-    )
-    segment.add_argument(
-        "--exemplars-crs", metavar="CRS", help="the CRS of an exemplar file that has none"
-    )
+    _add_query_options(segment)
     model = segment.add_mutually_exclusive_group(required=True)
     model.add_argument("--server", help="Triton gRPC address host:port")
     model.add_argument("--models", help="local model repository (run in-process)")
@@ -952,6 +1117,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip rasters the --out folder's run journal shows finished with the same options",
     )
     segment.set_defaults(run=cmd_segment)
+
+    _add_change_parser(sub)
 
     info = sub.add_parser(
         "info",

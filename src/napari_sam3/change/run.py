@@ -34,7 +34,7 @@ from napari_sam3.core.formats import OUTPUT_FORMATS, VECTOR_FORMATS
 from napari_sam3.prompts.query import Query
 from napari_sam3.scene.settings import SceneSettings
 
-__all__ = ["ChangeSummary", "change_between", "change_to_file", "write_changes"]
+__all__ = ["ChangeSummary", "change_between", "change_to_file", "check_output", "write_changes"]
 
 PathLike = str | os.PathLike
 # the layer of a change file (a GeoPackage's layer name)
@@ -196,7 +196,7 @@ def write_changes(table: gpd.GeoDataFrame, path: PathLike, overwrite: bool = Fal
     from napari_sam3.gis.vector import write_vector
 
     path = Path(path)
-    _check_format(path)
+    check_output(path)
     out = table.copy()
     if "before_geometry" in out.columns:
         geoms = gpd.GeoSeries(out["before_geometry"], crs=table.crs).to_numpy()
@@ -229,7 +229,7 @@ def change_to_file(
     from napari_sam3.scene.output import refuse_inputs
 
     target = Path(target)
-    _check_format(target)
+    check_output(target)
     rasters = []
     for s in sources:
         rasters += [
@@ -246,7 +246,7 @@ def change_to_file(
 # ----------------------------------------------------------------------------- internals
 
 
-def _check_format(path: Path) -> None:
+def check_output(path: Path) -> None:
     suffix = path.suffix.lower()
     fits = [s for s, driver in VECTOR_FORMATS.items() if driver != "ESRI Shapefile"]
     if suffix not in fits:
