@@ -8,6 +8,7 @@ from qgis.core import QgsProcessingProvider
 from qgis.PyQt.QtGui import QIcon
 
 from .apply_concept import ApplyConcept
+from .change import Change
 from .encode_concept import EncodeConcept
 from .runner import SETTING, default_python
 from .segment_exemplars import SegmentExemplars
@@ -66,5 +67,6 @@ class Sam3Provider(QgsProcessingProvider):
             EncodeConcept(),
             ApplyConcept(),
             SegmentFolder(),
+            Change(),
         ):
             self.addAlgorithm(algorithm)

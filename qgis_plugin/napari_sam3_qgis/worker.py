@@ -134,7 +134,7 @@ def _what(job: dict[str, Any]) -> list[str]:
         raise ValueError(
             f"nothing to look for: KEYWORDS {job.get('keywords') or ''!r} holds no keyword; give "
             "words such as building, water (separated by commas or semicolons)"
-            + (", or CONCEPTS / EXEMPLARS" if job["action"] == "segment_folder" else "")
+            + (", or CONCEPTS / EXEMPLARS" if job["action"] in ("segment_folder", "change") else "")
         )
     return keywords
 
@@ -331,7 +331,51 @@ def segment_folder(job: dict[str, Any], events: Events) -> None:
     )
 
 
-ACTIONS = {"segment": segment, "encode_concept": encode_concept, "segment_folder": segment_folder}
+def change(job: dict[str, Any], events: Events) -> None:
+    """Two dates of one place -> one layer of objects classed new / gone / changed / same /
+    unknown (the library's change_to_file: one query, one grid, each date's own stretch)."""
+    from napari_sam3.change.run import change_to_file
+
+    rasters = [job["before"], job["after"]]
+    names = [job.get("before_name") or Path(job["before"]).name,
+             job.get("after_name") or Path(job["after"]).name]  # fmt: skip
+    keywords = _what(job)
+    settings = _settings(job)
+    if job.get("gsd"):
+        settings = settings.replace(gsd=float(job["gsd"]))
+    for raster, name in zip(rasters, names, strict=True):
+        _georeferenced(raster, name)
+    client = _connect(_connection(job), events)
+    try:
+        events.check()
+        query = _query(job, keywords, client, rasters, settings)
+        events.check()
+        options = {k: job[k] for k in ("iou", "changed_iou", "area_factor", "edge") if job.get(k)}
+        table, summary, _ = change_to_file(
+            client,
+            rasters,
+            job["output"],
+            query,
+            settings,
+            overwrite=True,  # the job's own temporary file; QGIS's sink is the analyst's
+            dates=job.get("dates") or names,
+            progress=events.tiles(" -> ".join(names)),
+            **options,
+        )
+    finally:
+        client.close()
+    for line in summary.lines():
+        events.emit("info", message=line)
+    counts = table["change"].value_counts().to_dict() if len(table) else {}
+    events.emit("result", path=job["output"], features=len(table), counts=counts)
+
+
+ACTIONS = {
+    "segment": segment,
+    "encode_concept": encode_concept,
+    "segment_folder": segment_folder,
+    "change": change,
+}
 
 
 def main(argv: list[str]) -> int:

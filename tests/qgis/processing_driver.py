@@ -5,7 +5,10 @@ Started by the tests with QGIS's own Python (Debian's python3), never collected 
 (``classFactory(iface).initProcessing()``) from the profile install_qgis_plugin.sh wrote, runs
 each entry of RUNS.json (``algorithm``, ``parameters``, optional ``cancel_at``: cancel through
 the feedback object once progress reaches it; optional ``settings``: QgsSettings values for
-that run) and prints one JSON line per run: ``ok``, ``results`` or ``error``, ``progress``.
+that run; optional ``load``: the OUTPUT goes into the project as QGIS's dialog sends it, and
+the layer QGIS would load is loaded and given the algorithm's post-processor, whose renderer is
+reported as ``style``) and prints one JSON line per run: ``ok``, ``results`` or ``error``,
+``progress``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ import json
 import sys
 from pathlib import Path
 
-from qgis.core import QgsApplication, QgsProcessingException, QgsProcessingFeedback, QgsSettings
+from qgis.core import (
+    QgsApplication,
+    QgsProcessingContext,
+    QgsProcessingException,
+    QgsProcessingFeedback,
+    QgsProcessingOutputLayerDefinition,
+    QgsProject,
+    QgsSettings,
+    QgsVectorLayer,
+)
 from qgis.PyQt.QtCore import QCoreApplication, QSettings
 
 
@@ -53,9 +65,19 @@ def main(profile: str, runs_file: str) -> int:
 
         feedback.progressChanged.connect(seen)
         out = {"algorithm": run["algorithm"], "progress": progress}
+        parameters, context = dict(run["parameters"]), QgsProcessingContext()
+        context.setProject(QgsProject.instance())
+        if run.get("load"):
+            parameters["OUTPUT"] = QgsProcessingOutputLayerDefinition(
+                parameters["OUTPUT"], QgsProject.instance()
+            )
         try:
-            results = processing.run(run["algorithm"], run["parameters"], feedback=feedback)
+            results = processing.run(
+                run["algorithm"], parameters, feedback=feedback, context=context
+            )
             out.update(ok=True, results={k: str(v) for k, v in results.items()})
+            if run.get("load"):
+                out["style"] = _loaded_style(context, feedback)
         except QgsProcessingException as error:
             out.update(ok=False, error=str(error))
         out["canceled"] = feedback.isCanceled()
@@ -65,6 +87,27 @@ def main(profile: str, runs_file: str) -> int:
     plugin.unload()
     app.exitQgis()
     return 0
+
+
+def _loaded_style(context, feedback) -> dict:
+    """What the layers QGIS would load look like after their post-processors:
+    {name: {"renderer": type, "categories": {value: fill colour}}}."""
+    styles = {}
+    for path, details in context.layersToLoadOnCompletion().items():
+        layer = QgsVectorLayer(path, details.name, "ogr")
+        if details.postProcessor() is not None:
+            details.postProcessor().postProcessLayer(layer, context, feedback)
+        renderer = layer.renderer()
+        categories = {
+            str(c.value()): c.symbol().color().name()
+            for c in getattr(renderer, "categories", list)()
+        }
+        styles[details.name or path] = {
+            "renderer": renderer.type(),
+            "attribute": getattr(renderer, "classAttribute", str)(),
+            "categories": categories,
+        }
+    return styles
 
 
 if __name__ == "__main__":

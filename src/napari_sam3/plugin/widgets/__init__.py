@@ -5,6 +5,7 @@ The widgets only gather inputs and show results: the segmentation is `napari_sam
 the layer conversions are in `_layers`.
 """
 
+from napari_sam3.plugin.widgets.change import ChangeWidget
 from napari_sam3.plugin.widgets.concepts import ConceptsWidget
 from napari_sam3.plugin.widgets.connection import ConnectionWidget
 from napari_sam3.plugin.widgets.interactive import InteractiveWidget
@@ -14,6 +15,7 @@ from napari_sam3.plugin.widgets.scene import SceneWidget
 from napari_sam3.plugin.widgets.text import TextWidget
 
 __all__ = [
+    "ChangeWidget",
     "ConceptsWidget",
     "ConnectionWidget",
     "InteractiveWidget",

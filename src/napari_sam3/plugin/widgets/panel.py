@@ -6,7 +6,7 @@ to change it (the connection form shows while not connected, and folds away once
 image (a scene: its band layers together) / bands / stretch / where (whole image, current view,
 selected region) picker, ONE exemplar layer, the thresholds and dedup in a collapsed "Advanced"
 section, then the modes as tabs, each as tall as its own fields: Text & exemplars (any number of
-keywords), Concepts, Interactive and Scene (the whole scene, tiled). Each mode is the widget class
+keywords), Concepts, Interactive, Scene (the whole scene, tiled) and Change (two dates). Each mode is the widget class
 of its own module, built with `shared=panel` so it reads the panel's fields instead of its own.
 """
 
@@ -34,19 +34,21 @@ from napari_sam3.plugin.widgets._fields import (
     bands_field,
     prefill_bands,
 )
+from napari_sam3.plugin.widgets.change import ChangeWidget
 from napari_sam3.plugin.widgets.concepts import ConceptsWidget
 from napari_sam3.plugin.widgets.connection import ConnectionWidget
 from napari_sam3.plugin.widgets.interactive import InteractiveWidget, shortcut_help
 from napari_sam3.plugin.widgets.scene import SceneWidget
 from napari_sam3.plugin.widgets.text import TextWidget
 
-TABS = ("Text & exemplars", "Concepts", "Interactive", "Scene")
+TABS = ("Text & exemplars", "Concepts", "Interactive", "Scene", "Change")
 # The button that runs each tab's mode (what must be reachable on any screen).
 RUN_BUTTONS = {
     "Text & exemplars": "run_button",
     "Concepts": "apply_button",
     "Interactive": "start_button",
     "Scene": "run_button",
+    "Change": "run_button",
 }
 ADVANCED = "Advanced: thresholds, detections, dedup"
 CHANGE, HIDE = "Change…", "Hide"
@@ -134,7 +136,8 @@ class Sam3Panel(Sam3Widget):
         self.concepts = ConceptsWidget(viewer, shared=self)
         self.interactive = InteractiveWidget(viewer, shared=self)
         self.scene = SceneWidget(viewer, shared=self)
-        self.modes = [self.text, self.concepts, self.interactive, self.scene]
+        self.change = ChangeWidget(viewer, shared=self)
+        self.modes = [self.text, self.concepts, self.interactive, self.scene, self.change]
         self.tabs = _fitting_tabs()
         for title, mode in zip(TABS, self.modes, strict=True):
             mode.model.visible = False

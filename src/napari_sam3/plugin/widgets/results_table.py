@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from magicgui.widgets import CheckBox, Container, Label, PushButton
+from magicgui.widgets import CheckBox, ComboBox, Container, Label, PushButton
 from napari.layers import Labels
 
 from napari_sam3.core.columns import FEATURE_COLUMNS
@@ -40,6 +40,7 @@ _HEADERS = {
 }
 HEADERS = tuple(_HEADERS[c] for c in COLUMNS)
 EXPORT_FILTER = vector_file_filter()  # every vector format the writer writes
+ALL_LAYERS = "All result layers"
 
 
 def is_result(layer) -> bool:
@@ -60,10 +61,13 @@ def image_status(viewer, layer) -> str:
     return str(name)
 
 
-def table_rows(viewer) -> pd.DataFrame:
-    """One row per object of every result layer (the table's content)."""
+def table_rows(viewer, only: str | None = None) -> pd.DataFrame:
+    """One row per object of every result layer (the table's content); `only`: of the result
+    layer of that name alone."""
     parts = []
     for layer in result_layers(viewer):
+        if only is not None and layer.name != only:
+            continue
         features = layer.features
         if "index" not in features.columns or not len(features):
             continue
@@ -253,6 +257,12 @@ class ResultsTable(Container):
         self.table.setSortingEnabled(True)
         self.table.setMinimumHeight(90)  # leaves the SAM3 panel room on a laptop screen
         self.table.itemSelectionChanged.connect(self._selection_changed)
+        self.only = ComboBox(
+            label="Show",
+            choices=self._show_choices,
+            tooltip="The objects of every result layer, or of one (e.g. one change class)",
+        )
+        self.only.changed.connect(self.refresh)
         self.delete_button = PushButton(text="Delete selected")
         self.target = layer_combo(
             napari_viewer,
@@ -279,6 +289,7 @@ class ResultsTable(Container):
             ]
         )
         self.native.layout().insertWidget(0, self.table)
+        self.native.layout().insertWidget(0, self.only.native)
         self._watched: list = []
         events = napari_viewer.layers.events
         for event in (events.inserted, events.removed, events.moved, events.reordered):
@@ -298,13 +309,15 @@ class ResultsTable(Container):
             layer.events.features.connect(self.refresh)
             layer.events.name.connect(self.refresh)
         self.reset_choices()
+        self.only.reset_choices()  # not one of the container's widgets: above the table
         self.refresh()
 
     def refresh(self, *_args) -> None:
         from qtpy.QtCore import Qt
         from qtpy.QtWidgets import QTableWidgetItem
 
-        self.rows = table_rows(self.viewer)
+        shown = self.only.value
+        self.rows = table_rows(self.viewer, None if shown in (None, ALL_LAYERS) else shown)
         table = self.table
         table.setSortingEnabled(False)
         table.setRowCount(len(self.rows))
@@ -323,6 +336,9 @@ class ResultsTable(Container):
         deleted = self.rows["image"].str.contains("deleted").any() if len(self.rows) else False
         if deleted:
             self.status.value = "some results lost their image layer: they are kept (see Image)"
+
+    def _show_choices(self, _widget=None) -> list[str]:
+        return [ALL_LAYERS, *(layer.name for layer in result_layers(self.viewer))]
 
     def shown_rows(self) -> pd.DataFrame:
         """The rows in the order the table shows them now (after sorting)."""
