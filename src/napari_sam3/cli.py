@@ -789,11 +789,11 @@ def cmd_change(args: argparse.Namespace) -> int:
         out = Path(args.out)
         if not out.parent.is_dir():
             raise UsageError(f"--out {out}: folder {out.parent} does not exist")
+        _refuse_inputs([out], _protected(args, [p for p in inputs if isinstance(p, Path)]))
         try:
             check_output(out)
         except InvalidInput as error:
             raise UsageError(f"--out: {error}") from None
-        _refuse_inputs([out], _protected(args, [p for p in inputs if isinstance(p, Path)]))
         _check_replace([out], args.overwrite)
         settings = _scene_settings(args)
         _check_keywords(args)

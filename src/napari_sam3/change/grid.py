@@ -180,7 +180,6 @@ def fill_region(source: Any, grid: CommonGrid, name: str, *, bands: Any = None, 
 def _extent(info: RasterInfo, crs: CRS, name: str):
     """``info``'s extent as a polygon in ``crs`` (edges densified); refused where no usable
     transformation places it there."""
-    from rasterio.errors import CRSError
     from rasterio.warp import transform_geom
 
     west, south, east, north = array_bounds(info.rows, info.cols, info.transform)
@@ -193,12 +192,17 @@ def _extent(info: RasterInfo, crs: CRS, name: str):
         moved = shapely.geometry.shape(
             transform_geom(info.crs, crs, shapely.geometry.mapping(ring))
         )
-    except (CRSError, ValueError, RuntimeError) as error:
-        raise InvalidInput(_unplaced(name, info.crs, crs, str(error))) from None
+    except Exception as error:  # GDAL's and PROJ's many failures, said once
+        raise InvalidInput(_unplaced(name, info.crs, crs, _first_line(error))) from None
     coords = shapely.get_coordinates(moved)
     if not len(coords) or not np.isfinite(coords).all():
         raise InvalidInput(_unplaced(name, info.crs, crs, "points that are not finite"))
     return shapely.make_valid(moved)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).split(" from '")[0].strip()  # PROJ appends both CRSs as JSON
+    return f"an error ({text[:200]})"
 
 
 def _unplaced(name: str, src: CRS, dst: CRS, why: str) -> str:

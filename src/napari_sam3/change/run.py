@@ -229,7 +229,6 @@ def change_to_file(
     from napari_sam3.scene.output import refuse_inputs
 
     target = Path(target)
-    check_output(target)
     rasters = []
     for s in sources:
         rasters += [
@@ -238,6 +237,7 @@ def change_to_file(
             if isinstance(p, str | os.PathLike)
         ]
     refuse_inputs([target], {"raster": rasters, **query.files()})
+    check_output(target)
     check_target(target, overwrite)
     table, summary = change_between(client, sources, query, settings, **options)
     return table, summary, write_changes(table, target, overwrite)
