@@ -36,7 +36,8 @@ def change_renderer() -> QgsCategorizedSymbolRenderer:
         if name in OUTLINE_ONLY:
             style = {"style": "no", "outline_color": "#616161", "outline_style": "dash"}
         else:
-            style = {"color": colour + "b3", "outline_color": colour, "outline_width": "0.4"}
+            rgb = ",".join(str(int(colour[i : i + 2], 16)) for i in (1, 3, 5))
+            style = {"color": f"{rgb},179", "outline_color": colour, "outline_width": "0.4"}
         symbol = QgsFillSymbol.createSimple(style)
         categories.append(QgsRendererCategory(name, symbol, name))
     return QgsCategorizedSymbolRenderer("change", categories)
