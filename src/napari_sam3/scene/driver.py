@@ -24,7 +24,7 @@ import pandas as pd
 from napari_sam3.core.errors import FileSystemError, OutputExists
 from napari_sam3.core.files import check_target
 from napari_sam3.prompts.query import Query
-from napari_sam3.scene.journal import journal_path, journaled_tiles
+from napari_sam3.scene.journal import journal_path, journaled_tiles, unfinished
 from napari_sam3.scene.output import refuse_inputs, write_scene
 from napari_sam3.scene.run import Progress, segment_scene
 from napari_sam3.scene.settings import SceneSettings
@@ -177,15 +177,6 @@ def segment_to_file(
     df.attrs["write_seconds"] = time.perf_counter() - t1
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     return SceneOutcome(df, written, time.perf_counter() - t0, list(dict.fromkeys(messages)))
-
-
-def unfinished(book: Path, target: Path) -> str:
-    """Why a run of ``target`` is refused while the journal ``book`` of an earlier one is there."""
-    return (
-        f"{book} holds an unfinished run of {target.name} ({journaled_tiles(book)} tiles "
-        "finished): pass resume (--resume) to continue it, or overwrite (--overwrite) to start "
-        "afresh"
-    )
 
 
 def _warn_again(records: list) -> None:

@@ -34,7 +34,14 @@ from napari_sam3.masks.rle import RleMask
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection
 
-__all__ = ["PARTIAL_SUFFIX", "TileJournal", "journal_path", "journaled_tiles", "run_identity"]
+__all__ = [
+    "PARTIAL_SUFFIX",
+    "TileJournal",
+    "journal_path",
+    "journaled_tiles",
+    "run_identity",
+    "unfinished",
+]
 
 PARTIAL_SUFFIX = ".napari-sam3-partial"
 RUN_FILE = "run.json"
@@ -63,6 +70,15 @@ def journaled_tiles(folder: str | os.PathLike) -> int:
     """How many tile records the journal ``folder`` holds (0: none, or no journal)."""
     folder = Path(folder)
     return len(list(folder.glob("tile-*.bin"))) if folder.is_dir() else 0
+
+
+def unfinished(book: Path, target: Path) -> str:
+    """Why a run of ``target`` is refused while the journal ``book`` of an earlier one is there."""
+    return (
+        f"{book} holds an unfinished run of {target.name} ({journaled_tiles(book)} tiles "
+        "finished): pass resume (--resume) to continue it, or overwrite (--overwrite) to start "
+        "afresh"
+    )
 
 
 def raster_identity(source: Any, info: RasterInfo) -> dict[str, Any]:

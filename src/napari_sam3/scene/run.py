@@ -39,8 +39,8 @@ from napari_sam3.prompts.query import Query
 from napari_sam3.runtime.cached import heads_bytes, image_bytes
 from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.budget import ScenePlan, resolve_budget
-from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.journal import TileJournal, run_identity
+from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
 from napari_sam3.scene.settings import FIELDS as SETTINGS_FIELDS
 from napari_sam3.scene.settings import SceneSettings
