@@ -112,13 +112,12 @@ def disk_errors(path: Path, written: Callable[[], Iterable[Path]]) -> Iterator[N
 
 def disk_full(path: Path, code: int) -> FileSystemError:
     """The error for `path` not written because the file system answered `code`."""
-    error = FileSystemError(
+    # the message alone: an errno or filename set on an OSError replaces it in str()
+    return FileSystemError(
         f"cannot write {path}: {os.strerror(code)} (the disk or quota is full, or a file-size "
         f"limit was reached); nothing was written there and the inputs are untouched: free "
         f"space in {path.parent} (or write the output elsewhere) and run again"
     )
-    error.errno, error.filename = code, str(path)
-    return error
 
 
 def _disk_errno(error: BaseException | None) -> int | None:

@@ -162,12 +162,10 @@ def segment_to_file(
             except FileSystemError as error:
                 if book is None:
                     raise
-                again = FileSystemError(
+                raise FileSystemError(
                     f"{error}; the {journaled_tiles(book)} finished tiles are kept in {book}: "
                     "run again with resume (--resume) to write them without segmenting again"
-                )
-                again.errno, again.filename = error.errno, error.filename
-                raise again from error
+                ) from error
     except BaseException:
         _warn_again(caught)  # a failed scene's warnings may say why
         raise

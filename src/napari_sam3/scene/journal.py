@@ -198,7 +198,7 @@ class TileJournal:
         for path in sorted(self.folder.glob("tile-*.bin")):
             try:
                 tile, found = decode_record(path.read_bytes(), self.key)
-            except (OSError, ValueError) as error:
+            except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
                 damaged.append(f"{path.name} ({error})")
                 with contextlib.suppress(OSError):
                     path.unlink()
