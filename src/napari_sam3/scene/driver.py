@@ -135,7 +135,9 @@ def segment_to_file(
     there is an unfinished output: refused unless ``overwrite``, which starts afresh.
     """
     target = Path(target)
-    refuse_inputs([target], query.files())
+    rasters = list(source) if isinstance(source, list | tuple) else [source]
+    rasters = [r for r in rasters if isinstance(r, str | os.PathLike)]
+    refuse_inputs([target], {"raster": rasters, **query.files()})
     book = (
         None
         if journal is False

@@ -136,6 +136,7 @@ class TileJournal:
         self.identity = identity
         self.key = _run_key(identity)
         self.finished: dict[int, list[Detection] | None] = {}
+        self._made = False  # the folder and run.json
 
     @classmethod
     def open(cls, folder: str | os.PathLike, identity: dict[str, Any], resume: bool) -> TileJournal:
@@ -146,6 +147,7 @@ class TileJournal:
         if resume and (journal.folder / RUN_FILE).exists():
             journal._check(journal._read_identity())
             journal._load()
+            journal._made = True
             return journal
         if journal.folder.exists():
             held = journaled_tiles(journal.folder)
@@ -157,10 +159,7 @@ class TileJournal:
                     stacklevel=3,
                 )
             journal.remove()
-        journal.folder.mkdir()
-        data = json.dumps(identity, indent=1, sort_keys=True).encode()
-        atomic_write_bytes(journal.folder / RUN_FILE, data, overwrite=True)
-        return journal
+        return journal  # made with the first tile: a run that fails before leaves nothing
 
     def _read_identity(self) -> dict[str, Any]:
         path = self.folder / RUN_FILE
@@ -214,6 +213,11 @@ class TileJournal:
 
     def add(self, tile: int, found: list[Detection] | None) -> None:
         """Record ``tile``'s detections (None: no valid pixel), durably, before it counts."""
+        if not self._made:
+            self.folder.mkdir(exist_ok=True)
+            data = json.dumps(self.identity, indent=1, sort_keys=True).encode()
+            atomic_write_bytes(self.folder / RUN_FILE, data, overwrite=True)
+            self._made = True
         atomic_write_bytes(self._record(tile), encode_record(self.key, tile, found), True)
         self.finished[tile] = found
 
