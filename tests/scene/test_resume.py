@@ -6,6 +6,7 @@ refused with what differs."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import struct
@@ -201,3 +202,37 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 from napari_sam3.cli import main
 sys.exit(main(sys.argv[2:]))
 """
+
+
+def test_the_qgis_worker_resumes_the_journal_of_its_raster(
+    local_client, tiny_repository, crop_tif, tmp_path
+):
+    """The provider's worker (run by any Python with napari_sam3, as QGIS runs it) continues
+    the journal folder the provider gives it with RESUME, and removes that run's folder once
+    the output is written."""
+    worker = Path(__file__).parents[2] / "qgis_plugin" / "napari_sam3_qgis" / "worker.py"
+    query = Query(keywords=["building", "water"], score_thr=0.0, max_det=5)
+    whole = tmp_path / "whole.fgb"
+    segment_to_file(local_client, crop_tif, whole, query, SceneSettings(), name=crop_tif.name)
+    book = tmp_path / "profile" / "runs" / "abc" / "tiles"
+    book.parent.mkdir(parents=True)
+    with pytest.raises(Stop):
+        segment_to_file(local_client, crop_tif, tmp_path / "x.fgb", query, SceneSettings(),
+                        name=crop_tif.name, journal=book, progress=_stop_after(3))  # fmt: skip
+    job = {"action": "segment", "raster": str(crop_tif), "keywords": "building, water",
+           "score_thr": 0.0, "max_det": 5, "output": str(tmp_path / "result.fgb"),
+           "connection": {"repository": str(tiny_repository), "precision": "fp32"},
+           "journal": str(book), "resume": True}  # fmt: skip
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    with (tmp_path / "worker.log").open("w") as log:  # stdin kept open: closing it cancels
+        worker = subprocess.Popen(
+            [sys.executable, str(worker), str(tmp_path / "job.json")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+        )  # fmt: skip
+        said = worker.stdout.read()
+        worker.stdin.close()
+        assert worker.wait() == 0, said + (tmp_path / "worker.log").read_text()
+    events = [json.loads(line) for line in said.splitlines()]
+    assert any("resumed: 3 of" in e.get("message", "") for e in events), events
+    _same_polygons(tmp_path / "result.fgb", whole)
+    assert not book.parent.exists()
