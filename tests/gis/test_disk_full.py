@@ -51,7 +51,9 @@ for name in [*names, "journal"]:
     folder.mkdir()
     try:
         if name == "journal":
-            TileJournal.open(folder / "run", {"query": "q"}, False).add(0, dets)
+            journal = TileJournal.open(folder / "run", {"query": "q"}, False)
+            journal.add(0, dets)
+            journal.close()  # the record is written beside the run: its failure comes here
         elif OUTPUT_FORMATS[name].vector:
             write_vector(gdf, folder / f"out{OUTPUT_FORMATS[name].suffix}")
         else:

@@ -19,8 +19,10 @@ import json
 import os
 import shutil
 import struct
+import time
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +138,10 @@ class TileJournal:
         self.identity = identity
         self.key = _run_key(identity)
         self.finished: dict[int, list[Detection] | None] = {}
+        self.seconds = 0.0  # spent writing records (in the writer thread)
         self._made = False  # the folder and run.json
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
 
     @classmethod
     def open(cls, folder: str | os.PathLike, identity: dict[str, Any], resume: bool) -> TileJournal:
@@ -212,14 +217,46 @@ class TileJournal:
             )
 
     def add(self, tile: int, found: list[Detection] | None) -> None:
-        """Record ``tile``'s detections (None: no valid pixel), durably, before it counts."""
+        """Record ``tile``'s detections (None: no valid pixel). The record is written by a
+        thread beside the run (its flush to the disk overlaps the next tiles); a write that
+        failed is raised here, at the next tile, or by :meth:`close`. A record a kill
+        prevented is a tile that runs again."""
+        self._raise_failed()
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="sam3-journal")
+        self._pending.append(self._writer.submit(self._write, tile, found))
+        self.finished[tile] = found
+
+    def _write(self, tile: int, found: list[Detection] | None) -> None:
+        t0 = time.perf_counter()
         if not self._made:
             self.folder.mkdir(exist_ok=True)
             data = json.dumps(self.identity, indent=1, sort_keys=True).encode()
             atomic_write_bytes(self.folder / RUN_FILE, data, overwrite=True)
             self._made = True
         atomic_write_bytes(self._record(tile), encode_record(self.key, tile, found), True)
-        self.finished[tile] = found
+        self.seconds += time.perf_counter() - t0
+
+    def _raise_failed(self) -> None:
+        for future in [f for f in self._pending if f.done()]:
+            self._pending.remove(future)
+            future.result()
+
+    def close(self, quiet: bool = False) -> None:
+        """Wait for the records being written; raise the first that failed (``quiet``: the run
+        failed already, its own error goes on)."""
+        if self._writer is None:
+            return
+        try:
+            for future in self._pending:
+                if quiet:
+                    future.exception()
+                else:
+                    future.result()
+        finally:
+            self._pending.clear()
+            self._writer.shutdown(wait=True)
+            self._writer = None
 
     def _record(self, tile: int) -> Path:
         return self.folder / f"tile-{tile:06d}.bin"

@@ -133,7 +133,8 @@ def segment_scene(
         journal) and ``timings`` (seconds per phase: read, stretch
         (the scene's statistics, ``scene_stats``, and every tile's stretch and letterbox),
         model (seconds the requests took, summed over the requests in flight), wait (this
-        thread waiting for the model), merge; wall; and ``peak_in_flight``).
+        thread waiting for the model), merge; journal (with ``journal``: seconds writing the
+        tile records, in a thread beside the run); wall; and ``peak_in_flight``).
     """
     wall0 = time.perf_counter()
     if resume and journal is None:
@@ -164,10 +165,18 @@ def segment_scene(
         keep_remote_open(),
         client.cache_limits(plan.feature_cache(), heads_bytes=0, results_bytes=0),
     ):
-        found, view = _run_tiles(
-            client, source, info, run, query, settings, progress, timings, plan, grid,
-            done=resumed, record=None if book is None else book.add,
-        )  # fmt: skip
+        try:
+            found, view = _run_tiles(
+                client, source, info, run, query, settings, progress, timings, plan, grid,
+                done=resumed, record=None if book is None else book.add,
+            )  # fmt: skip
+        except BaseException:
+            if book is not None:
+                book.close(quiet=True)  # what finished is kept; the run's error goes on
+            raise
+        if book is not None:
+            book.close()
+            timings["journal"] = book.seconds
 
     t0 = time.perf_counter()
     # in tile order, the journaled tiles among the new: as the uninterrupted run has them
@@ -461,9 +470,7 @@ def _run_tiles(
                     timings["model"] += seconds
                     timings["merge"] += time.perf_counter() - t1
                 if record is not None:
-                    t0 = time.perf_counter()
                     record(tile.index, found[tile.index])
-                    timings["journal"] = timings.get("journal", 0.0) + time.perf_counter() - t0
                 finished += 1
                 report(finished)
     except BaseException:
