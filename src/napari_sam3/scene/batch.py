@@ -359,6 +359,9 @@ def segment_scenes(
                 note(path, "skipped", entry)
             else:
                 todo.append(path)
+        partial = [p for p in todo if journal_path(targets[p]).exists()]
+        if partial and not (resume or overwrite):
+            raise OutputExists(unfinished(journal_path(targets[partial[0]]), targets[partial[0]]))
         clash = [p for p in todo if targets[p].exists()]
         if clash and not overwrite:
             raise OutputExists(
@@ -366,9 +369,6 @@ def segment_scenes(
                 "not show it finished with these options; pass overwrite (--overwrite) to "
                 "replace it"
             )
-        partial = [p for p in todo if journal_path(targets[p]).exists()]
-        if partial and not (resume or overwrite):
-            raise OutputExists(unfinished(journal_path(targets[partial[0]]), targets[partial[0]]))
         for path in clash:  # said before anything runs: which files overwrite replaces
             note(path, "replacing", targets[path])
 
