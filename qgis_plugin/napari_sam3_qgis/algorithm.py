@@ -7,9 +7,11 @@ napari_sam3 in its own Python, and the result comes back as a file.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from qgis.core import (
+    QgsApplication,
     QgsCoordinateReferenceSystem,
     QgsFeature,
     QgsFeatureSink,
@@ -211,7 +213,11 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
         return out
 
     def raster(self, parameters, context, job: Job) -> dict:
-        """INPUT as a file the worker reads (EXTENT: a VRT window of it) and its bands."""
+        """INPUT as a file the worker reads (EXTENT: a VRT window of it), its bands, and where
+        the run journals its finished tiles (a folder of the QGIS profile that outlives the
+        job, one per raster and extent, so that RESUME finds it; the library removes it once
+        the run is written). The window's VRT is kept there too: a resumed run reads the very
+        same file."""
         layer = self.parameterAsRasterLayer(parameters, "INPUT", context)
         if layer is None:
             raise QgsProcessingException("INPUT: no such raster layer or file")
@@ -222,9 +228,14 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
                 "napari-sam3 reads rasters from files (GeoTIFF, JPEG 2000, VRT...)"
             )
         out = {"raster": path, "source_name": Path(path).name}
+        extent = None
         if parameters.get("EXTENT") not in (None, ""):
             extent = self.parameterAsExtent(parameters, "EXTENT", context, layer.crs())
-            out["raster"] = window_vrt(path, layer, extent, job.dir)
+        where = hashlib.sha256(f"{Path(path).resolve()}|{extent and extent.toString(9)}".encode())
+        runs = Path(QgsApplication.qgisSettingsDirPath()) / "napari-sam3" / "runs"
+        out["journal"] = str(runs / where.hexdigest()[:20] / "tiles")
+        if extent is not None:
+            out["raster"] = window_vrt(path, layer, extent, Path(out["journal"]).parent)
         bands = self.parameterAsInts(parameters, "BANDS", context)
         if bands:
             out["bands"] = bands
@@ -302,6 +313,14 @@ class SegmentAlgorithm(Sam3Algorithm):
         self.add_extent_and_bands()
         self.add_connection()
         self.add_thresholds()
+        resume = QgsProcessingParameterBoolean(
+            "RESUME",
+            "Resume: keep the tiles a stopped run of this raster finished (same keywords, "
+            "settings and model); otherwise start afresh",
+            defaultValue=False,
+        )
+        resume.setFlags(resume.flags() | QgsProcessingParameterDefinition.FlagAdvanced)
+        self.addParameter(resume)
         self.addParameter(
             QgsProcessingParameterFeatureSink(
                 "OUTPUT", "Detections", QgsProcessing.TypeVectorPolygon
@@ -318,6 +337,7 @@ class SegmentAlgorithm(Sam3Algorithm):
                 "output": str(job.dir / RESULT_FILE),
                 **self.raster(parameters, context, job),
                 **self.thresholds(parameters, context),
+                "resume": self.parameterAsBool(parameters, "RESUME", context),
             }
             result = job.run(task, feedback)
             return self.to_sink(result, parameters, context, feedback)
@@ -340,7 +360,10 @@ def window_vrt(path: str, layer, extent, folder: Path) -> str:
     row0 = int((full.yMaximum() - part.yMaximum()) // dy)
     col1 = min(layer.width(), int(-(-(part.xMaximum() - full.xMinimum()) // dx)))
     row1 = min(layer.height(), int(-(-(full.yMaximum() - part.yMinimum()) // dy)))
+    folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{Path(path).stem}.vrt"
+    if target.is_file():  # made for this raster and extent by an earlier run: the same window
+        return str(target)
     dataset = gdal.Translate(
         str(target), path, format="VRT", srcWin=[col0, row0, col1 - col0, row1 - row0]
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import sys
 import threading
 import traceback
@@ -226,16 +227,37 @@ def segment(job: dict[str, Any], events: Events) -> None:
             settings,
             progress=events.tiles(name),
             name=name,
+            **_journal(job),
         )
     finally:
         client.close()
+    if job.get("journal"):  # written: the run's folder (the journal's, the window's VRT) goes
+        shutil.rmtree(Path(job["journal"]).parent, ignore_errors=True)
     df = outcome.frame
+    if df.attrs["resumed_tiles"]:
+        events.emit(
+            "info",
+            message=f"resumed: {df.attrs['resumed_tiles']} of {len(df.attrs['tiles_run'])} "
+            "tiles from the journal of the stopped run",
+        )
     events.emit("info", message=describe_plan(df.attrs["memory"]))
     for line in df.attrs["view"].lines():  # what the model was given
         events.emit("info", message=line)
     for text in outcome.warnings:
         events.emit("warning", message=text)
     events.emit("result", path=job["output"], features=len(df), counts=outcome.counts)
+
+
+def _journal(job: dict[str, Any]) -> dict[str, Any]:
+    """segment_to_file's journal options: ``journal``, the provider's folder for this raster
+    (inside the run's own folder, which also holds the EXTENT's VRT and is removed once the run
+    is written), continued with RESUME and otherwise started afresh (QGIS's output is the
+    worker's own file: never there before); without one, the library's default beside the
+    output."""
+    if not job.get("journal"):
+        return {"resume": bool(job.get("resume"))}
+    Path(job["journal"]).parent.mkdir(parents=True, exist_ok=True)
+    return {"journal": job["journal"], "resume": bool(job.get("resume")), "overwrite": True}
 
 
 def encode_concept(job: dict[str, Any], events: Events) -> None:
@@ -406,8 +428,9 @@ def main(argv: list[str]) -> int:
         from napari_sam3.core.errors import RefusedError, Sam3Error
 
         expected = (Sam3Error, ValueError, TypeError, OSError, ConnectionError)
-        if isinstance(error, expected):
-            message = str(error)
+        if isinstance(error, expected):  # named with the provider's parameters
+            message = str(error).replace(" and with overwrite (--overwrite)", "")
+            message = message.replace("resume (--resume)", "RESUME")
         else:  # a bug: the message, and the traceback for the log
             message = f"{type(error).__name__}: {error}"
             traceback.print_exc()

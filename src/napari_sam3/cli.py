@@ -270,6 +270,34 @@ def _check_replace(targets: list[Path], overwrite: bool) -> None:
         print(f"napari-sam3: --overwrite: replacing {path}", file=sys.stderr, flush=True)
 
 
+def _check_journals(targets: list[Path], overwrite: bool, resume: bool) -> None:
+    """A tile journal beside an output is an unfinished run: continued with --resume, replaced
+    with --overwrite (said), refused without either."""
+    from napari_sam3.scene.journal import journal_path, unfinished
+
+    for target in targets:
+        book = journal_path(target)
+        if not book.exists() or resume:
+            continue
+        if not overwrite:
+            raise UsageError(unfinished(book, target))
+        print(f"napari-sam3: --overwrite: starting afresh, replacing {book}", file=sys.stderr)
+
+
+def _journal_hint(target: Path) -> None:
+    """After a failed scene: the tiles its journal keeps, and how to continue."""
+    from napari_sam3.scene.journal import journal_path, journaled_tiles
+
+    book = journal_path(target)
+    held = journaled_tiles(book)
+    if held:
+        print(
+            f"napari-sam3:   {held} finished tiles are journaled in {book}: run the same command "
+            "with --resume to continue",
+            file=sys.stderr,
+        )
+
+
 def _protected(args: argparse.Namespace, inputs: list[Path]) -> dict[str, list[Path]]:
     """Every file the run reads, by kind: no output may be one of them."""
     return {
@@ -592,13 +620,12 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
     The model is reached once here (exit 2 if it cannot be); workers make their own clients."""
     if any(isinstance(p, _RemoteInput) or _is_stac_input(p) for p in inputs):
         raise UsageError(
-            "--workers, --dask and --resume take local raster files; URLs and STAC items run "
-            "one after another (leave those options out)"
+            "--workers, --dask and --resume into a folder take local raster files; URLs and "
+            "STAC items run one after another (leave those options out, or --resume one of "
+            "them into an output file)"
         )
     if Path(args.out).suffix:
-        raise UsageError(
-            "--workers, --dask and --resume write one output per raster: give --out a folder"
-        )
+        raise UsageError("--workers and --dask write one output per raster: give --out a folder")
     from napari_sam3.scene.batch import JOURNAL, LOCK, plan_targets
 
     out = Path(args.out)
@@ -666,7 +693,8 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
 
 
 def cmd_segment(args: argparse.Namespace) -> int:
-    if args.workers is not None or args.dask or args.resume:
+    folder = not Path(args.out).suffix
+    if args.workers is not None or args.dask or (args.resume and folder):
         try:
             return _segment_batch(args, _scene_inputs(args.rasters))
         except UsageError as error:
@@ -677,6 +705,12 @@ def cmd_segment(args: argparse.Namespace) -> int:
         targets, merged = _plan_outputs(
             inputs, args.out, args.format, args.overwrite, _protected(args, inputs)
         )
+        if args.resume and merged is not None:
+            raise UsageError(
+                "--resume continues one output per raster: give --out a folder (or one raster "
+                "and an output file); a merged layer of several rasters is written at the end"
+            )
+        _check_journals(targets, args.overwrite, args.resume)
         settings = _scene_settings(args)
         _check_keywords(args)
         client, concepts = _load_model(args)
@@ -714,9 +748,13 @@ def cmd_segment(args: argparse.Namespace) -> int:
                         simplify=args.simplify,
                         cog=args.format == "cog",
                         progress=progress,
+                        resume=args.resume,
                     )
                     df, where, said = outcome.frame, outcome.output, outcome.warnings
                     args.written.append(where)
+                    if df.attrs["resumed_tiles"]:
+                        where = f"{where} (resumed: {df.attrs['resumed_tiles']} of "
+                        where += f"{len(df.attrs['tiles_run'])} tiles from the journal)"
                 else:
                     df = segment_with_provenance(client, path, query, settings, progress)
                     gdf = scene_geodataframe(df, path, args.simplify)
@@ -730,6 +768,8 @@ def cmd_segment(args: argparse.Namespace) -> int:
             except Exception as error:  # one bad raster must not stop the batch
                 failures.append((path, f"{type(error).__name__}: {error}"))
                 print(f"napari-sam3: FAILED {path}: {error}", file=sys.stderr, flush=True)
+                if merged is None:
+                    _journal_hint(targets[i])
                 continue
             finally:
                 said += [str(w.message) for w in records if issubclass(w.category, UserWarning)]
@@ -1114,7 +1154,9 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument(
         "--resume",
         action="store_true",
-        help="skip rasters the --out folder's run journal shows finished with the same options",
+        help="continue a run that stopped: tiles journaled beside the output (one raster into "
+        "an --out file) are not segmented again; into an --out folder, rasters the folder's run "
+        "journal shows finished with the same options are skipped",
     )
     segment.set_defaults(run=cmd_segment)
 

@@ -10,6 +10,7 @@ import pytest
 from napari_sam3.client.connection import ConnectionSpec
 from napari_sam3.imagery.raster import read_raster
 from napari_sam3.scene.batch import JOURNAL, LOCK, segment_scenes
+from napari_sam3.scene.journal import journal_path, journaled_tiles
 
 from .conftest import write_geotiff
 
@@ -45,11 +46,16 @@ def test_progress_reports_every_tile_and_a_cancel_keeps_the_finished_scenes(
     again = tmp_path / "again"
     with pytest.raises(Stop):
         segment_scenes(spec, two_scenes, again, progress=cancel_in_b, prompt="building")
-    assert sorted(p.name for p in again.iterdir()) == ["a.gpkg", JOURNAL]  # no b, no lock
+    # no b, no lock; b's finished tiles are journaled beside where it goes
+    partial = journal_path(again / "b.gpkg")
+    assert sorted(p.name for p in again.iterdir()) == ["a.gpkg", partial.name, JOURNAL]
+    assert journaled_tiles(partial) == 2
     assert set(json.loads((again / JOURNAL).read_text())["scenes"]) == {"a.tif"}
+    with pytest.raises(FileExistsError, match="unfinished run of b.gpkg .2 tiles"):
+        segment_scenes(spec, two_scenes, again, prompt="building")  # neither resume nor overwrite
     resumed = segment_scenes(spec, two_scenes, again, resume=True, prompt="building")
     assert (len(resumed.done), len(resumed.skipped)) == (1, 1)
-    assert not (again / LOCK).exists()
+    assert not (again / LOCK).exists() and not partial.exists()
 
 
 def test_progress_is_refused_for_a_dask_cluster(two_scenes, tiny_repository, tmp_path):

@@ -5,13 +5,14 @@ config), and writing atomically (a temporary name in the same folder, then a ren
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from napari_sam3.core.errors import InvalidInput, MissingFile, OutputExists
+from napari_sam3.core.errors import FileSystemError, InvalidInput, MissingFile, OutputExists
 
 
 def read_small_file(
@@ -60,18 +61,103 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pa
     os.close(fd)
     os.unlink(tmp)  # writers such as GDAL want to create the file themselves
     tmp_path = Path(tmp)
+
+    def made() -> list[Path]:
+        """The temporary file and what the writer made beside it (a staging copy, a journal)."""
+        return [tmp_path, *tmp_path.parent.glob(f"{glob.escape(tmp_path.name)}?*")]
+
     try:
-        yield tmp_path
-        if not overwrite and path.exists():
-            raise OutputExists(f"{path} appeared while writing; not replacing it")
-        # The data reaches the disk before the new name does, and the name before we return:
-        # a crash leaves the old file or the complete new one, never an empty one.
-        _fsync(tmp_path)
-        os.replace(tmp_path, path)
-        _fsync(path.parent)
+        with disk_errors(path, made):
+            yield tmp_path
+            if not overwrite and path.exists():
+                raise OutputExists(f"{path} appeared while writing; not replacing it")
+            # The data reaches the disk before the new name does, and the name before we
+            # return: a crash leaves the old file or the complete new one, never an empty one.
+            _fsync(tmp_path)
+            os.replace(tmp_path, path)
+            _fsync(path.parent)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
+        for leftover in made():
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+# What a file system answers when it cannot take more: no space, a quota, a file-size limit.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# How much more than the failed write had reached a folder must take to be called healthy.
+_PROBE_MARGIN = 1 << 16
+
+
+@contextlib.contextmanager
+def disk_errors(path: Path, written: Callable[[], Iterable[Path]]) -> Iterator[None]:
+    """A write of `path` that fails because the file system cannot take it raises
+    `FileSystemError` naming `path` and what to do; any other failure passes unchanged.
+
+    Writers say "disk full" in their own words (GDAL: "Cannot write feature", SQLite: "no such
+    table", TIFF: "Write failed"), so besides an errno found in the error or its causes the
+    folder is asked directly: can it hold a file a little larger than the largest of `written`
+    (the files the write had made)? Only a failed write pays for the question.
+    """
+    try:
+        yield
+    except Exception as error:
+        code = _disk_errno(error)
+        if code is None:
+            reached = max((_size(p) for p in written()), default=0)
+            code = _can_hold(path.parent, reached + _PROBE_MARGIN)
+        if code is None:
+            raise
+        raise disk_full(path, code) from error
+
+
+def disk_full(path: Path, code: int) -> FileSystemError:
+    """The error for `path` not written because the file system answered `code`."""
+    # the message alone: an errno or filename set on an OSError replaces it in str()
+    return FileSystemError(
+        f"cannot write {path}: {os.strerror(code)} (the disk or quota is full, or a file-size "
+        f"limit was reached); nothing was written there and the inputs are untouched: free "
+        f"space in {path.parent} (or write the output elsewhere) and run again"
+    )
+
+
+def _disk_errno(error: BaseException | None) -> int | None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            return error.errno
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _can_hold(folder: Path, size: int) -> int | None:
+    """None if `folder` takes a file of `size` bytes (reserved, never written); else the errno."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".napari-sam3-space.", dir=folder)
+    except OSError as error:
+        return error.errno if error.errno in DISK_FULL else None
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except (AttributeError, OSError) as error:  # AttributeError: Windows, macOS
+            if getattr(error, "errno", None) not in (None, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            for start in range(0, size, 1 << 20):  # no fallocate here: write it
+                os.write(fd, bytes(min(1 << 20, size - start)))
+    except OSError as error:
+        return error.errno if error.errno in DISK_FULL else None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
 
 
 def _temporary_prefix(path: Path) -> str:
@@ -99,6 +185,12 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_fingerprint(path: str | os.PathLike) -> dict[str, int]:
+    """What says a local file is the one seen before: its size and modification time (ns)."""
+    stat = Path(path).stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 def atomic_write_bytes(path: Path, data: bytes, overwrite: bool = False) -> Path:

@@ -49,7 +49,7 @@ from shapely.geometry import MultiPolygon, shape
 
 from napari_sam3.core.columns import POLYGON_COLUMNS, SCENE_COLUMNS
 from napari_sam3.core.errors import InvalidInput, InvalidType, MissingFile, OutputExists
-from napari_sam3.core.files import atomic_path
+from napari_sam3.core.files import atomic_path, disk_errors
 from napari_sam3.core.formats import LABEL_SUFFIXES, OUTPUT_FORMATS, VECTOR_FORMATS
 from napari_sam3.gis.overlay import overlay_image, overlay_png
 from napari_sam3.imagery.raster import Raster, RasterInfo, raster_info
@@ -454,7 +454,7 @@ def _write_shapefile(
     options = {k: v for k, v in options.items() if k != "layer"}
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        with warnings.catch_warnings():
+        with disk_errors(path, lambda: list(tmp_dir.iterdir())), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'crs' was not provided.*")
             warnings.filterwarnings("ignore", message=".*No SRS set on layer.*")
             pyogrio.write_dataframe(

@@ -14,7 +14,8 @@ finish.
 Beside the outputs, ``napari-sam3-journal.json`` (rewritten atomically after every scene) records
 each finished scene: the input's size and mtime, the run's key (:func:`run_key`: the query, the
 settings, the format), the output and its feature count. ``resume=True`` skips a scene whose
-journal entry matches the input, the key and an existing output. ``.napari-sam3.lock`` keeps a second run from writing the same folder at once.
+journal entry matches the input, the key and an existing output, and continues a scene that was
+stopped mid-way from its tile journal (:mod:`~napari_sam3.scene.journal`, beside its output). ``.napari-sam3.lock`` keeps a second run from writing the same folder at once.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ from napari_sam3.core.errors import (
     RefusedError,
     Sam3Error,
 )
-from napari_sam3.core.files import atomic_write_bytes, remove_temporaries
+from napari_sam3.core.files import atomic_write_bytes, file_fingerprint, remove_temporaries
 from napari_sam3.prompts.query import Query
+from napari_sam3.scene.journal import journal_path, unfinished
 from napari_sam3.scene.output import refuse_inputs
 from napari_sam3.scene.run import query_and_settings
 from napari_sam3.scene.settings import SceneSettings
@@ -92,11 +94,6 @@ class BatchResult:
 # ----------------------------------------------------------------------------- one scene
 
 
-def _fingerprint(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def run_key(query: Query, settings: SceneSettings, fmt: str, simplify: float) -> str:
     """What identifies a scene's output in the journal: the query (by content: a concept by its
     tensors), the settings that change detections (not the memory budget or requests in
@@ -114,10 +111,12 @@ def segment_one(
     overwrite: bool,
     simplify: float,
     cog: bool = False,
+    resume: bool = False,
     progress: Any = False,
 ) -> dict[str, Any]:
     """One scene on this process's client -> its output with the model's provenance, written
-    atomically (:func:`~napari_sam3.scene.driver.segment_to_file`); a summary.
+    atomically (:func:`~napari_sam3.scene.driver.segment_to_file`, which journals its tiles;
+    ``resume``: continuing a journal there); a summary.
     `progress`: as :func:`~napari_sam3.scene.segment_scene`'s (a ``callable(done, total)``).
     """
     from napari_sam3.scene.driver import segment_to_file
@@ -132,6 +131,7 @@ def segment_one(
         simplify=simplify,
         cog=cog,
         progress=progress,
+        resume=resume,
     )
     return outcome.summary()
 
@@ -247,7 +247,7 @@ def _finished(entry: dict | None, path: Path, target: Path, key: str) -> bool:
         return False
     if not target.exists() or entry.get("output") != target.name:
         return False
-    return entry.get("input") == _fingerprint(path)
+    return entry.get("input") == file_fingerprint(path)
 
 
 # ----------------------------------------------------------------------------- the batch
@@ -287,7 +287,7 @@ def segment_scenes(
         workers: a ``LocalCluster`` of this many worker processes (one thread each).
         scheduler: the address of a running dask scheduler (``tcp://host:8786``) instead.
         resume: skip the scenes the journal says are finished (same input, same query and
-            settings, same format).
+            settings, same format), and continue a scene stopped mid-way from its tile journal.
         overwrite: replace existing outputs; without it (and without ``resume`` covering
             them) an existing output stops the run before anything starts.
         retries: tries after the first for a failed scene.
@@ -359,6 +359,9 @@ def segment_scenes(
                 note(path, "skipped", entry)
             else:
                 todo.append(path)
+        partial = [p for p in todo if journal_path(targets[p]).exists()]
+        if partial and not (resume or overwrite):
+            raise OutputExists(unfinished(journal_path(targets[partial[0]]), targets[partial[0]]))
         clash = [p for p in todo if targets[p].exists()]
         if clash and not overwrite:
             raise OutputExists(
@@ -372,7 +375,7 @@ def segment_scenes(
         def finish(path: Path, summary: dict | None, error: str | None) -> None:
             """Record one scene: the journal first, then the report (a Ctrl-C between them
             leaves a journal that matches the folder; finishing again is harmless)."""
-            entry = {"input": _fingerprint(path), "options": key, "output": targets[path].name}
+            entry = {"input": file_fingerprint(path), "options": key, "output": targets[path].name}
             if error is None:
                 entry.update(status="done", **summary)
             else:
@@ -388,7 +391,7 @@ def segment_scenes(
 
         if workers is not None and settings.memory_budget is None:
             settings = settings.replace(memory_budget=worker_budget(int(workers)))
-        args = (query, settings, overwrite, simplify, fmt == "cog")
+        args = (query, settings, overwrite, simplify, fmt == "cog", resume)
         if workers is None and scheduler is None:
             for path in todo:
                 tiles = None if progress is None else functools.partial(progress, path)

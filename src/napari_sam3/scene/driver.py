@@ -3,11 +3,15 @@
 The CLI's serial loop, each task of a batch (:mod:`~napari_sam3.scene.batch`) and the QGIS
 worker all run a scene through :func:`segment_to_file`, so a scene's output is the same whichever
 front end made it; the CLI's merged layer uses :func:`segment_with_provenance` and writes once.
+:func:`segment_to_file` journals every finished tile beside its output
+(:mod:`~napari_sam3.scene.journal`) and removes the journal once the output is written, so a run
+that is killed resumes (``resume=True``, ``--resume``) where it stopped.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -17,7 +21,10 @@ from typing import Any
 
 import pandas as pd
 
+from napari_sam3.core.errors import FileSystemError, OutputExists
+from napari_sam3.core.files import check_target
 from napari_sam3.prompts.query import Query
+from napari_sam3.scene.journal import journal_path, journaled_tiles, unfinished
 from napari_sam3.scene.output import refuse_inputs, write_scene
 from napari_sam3.scene.run import Progress, segment_scene
 from napari_sam3.scene.settings import SceneSettings
@@ -85,11 +92,15 @@ def segment_with_provenance(
     settings: SceneSettings | None = None,
     progress: Progress = False,
     name: str | None = None,
+    journal: PathLike | None = None,
+    resume: bool = False,
 ) -> pd.DataFrame:
     """:func:`segment_scene`, with the model's provenance columns (and ``source`` = ``name``)."""
     from napari_sam3.gis.vector import add_provenance
 
-    df = segment_scene(client, source, query, settings, progress=progress)
+    df = segment_scene(
+        client, source, query, settings, progress=progress, journal=journal, resume=resume
+    )
     df = add_provenance(df, client.manifest)
     if name is not None:
         df["source"] = name
@@ -108,26 +119,60 @@ def segment_to_file(
     cog: bool = False,
     progress: Progress = False,
     name: str | None = None,
+    resume: bool = False,
+    journal: PathLike | bool | None = None,
 ) -> SceneOutcome:
     """Segment one scene and write it to ``target`` (format by suffix, as
     :func:`~napari_sam3.scene.write_scene`; the query's post-processing on the polygons), with
     the model's provenance, atomically. No output may replace an input: the raster, the
-    query's exemplar layer or concept files. The warnings raised on the way are collected."""
+    query's exemplar layer or concept files. The warnings raised on the way are collected.
+
+    Every finished tile is journaled in ``journal`` (default
+    :func:`~napari_sam3.scene.journal.journal_path`: ``<target>.napari-sam3-partial``; False:
+    none), which is removed once ``target`` is written. ``resume``: continue the run a journal
+    there holds (refused, naming what differs, when it was made by another query, settings,
+    model or raster); the output is the uninterrupted run's. Without ``resume``, a journal
+    there is an unfinished output: refused unless ``overwrite``, which starts afresh.
+    """
     target = Path(target)
-    refuse_inputs([target], query.files())
+    rasters = list(source) if isinstance(source, list | tuple) else [source]
+    rasters = [r for r in rasters if isinstance(r, str | os.PathLike)]
+    refuse_inputs([target], {"raster": rasters, **query.files()})
+    book = (
+        None
+        if journal is False
+        else journal_path(target)
+        if journal in (None, True)
+        else Path(journal)
+    )
+    check_target(target, overwrite)
+    if book is not None and book.exists() and not (resume or overwrite):
+        raise OutputExists(unfinished(book, target))
     t0 = time.perf_counter()
     caught: list = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            df = segment_with_provenance(client, source, query, settings, progress, name)
-            t1 = time.perf_counter()
-            written = write_scene(
-                df, target, source, overwrite, simplify, cog, postprocess=query.postprocess
+            df = segment_with_provenance(
+                client, source, query, settings, progress, name, journal=book, resume=resume
             )
+            t1 = time.perf_counter()
+            try:
+                written = write_scene(
+                    df, target, source, overwrite, simplify, cog, postprocess=query.postprocess
+                )
+            except FileSystemError as error:
+                if book is None:
+                    raise
+                raise FileSystemError(
+                    f"{error}; the {journaled_tiles(book)} finished tiles are kept in {book}: "
+                    "run again with resume (--resume) to write them without segmenting again"
+                ) from error
     except BaseException:
         _warn_again(caught)  # a failed scene's warnings may say why
         raise
+    if book is not None:
+        shutil.rmtree(book, ignore_errors=True)
     _warn_again([w for w in caught if not issubclass(w.category, UserWarning)])
     df.attrs["write_seconds"] = time.perf_counter() - t1
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]

@@ -22,7 +22,7 @@ from napari_sam3.client.results import empty_result
 from napari_sam3.client.sam3 import run_query
 from napari_sam3.core import validate
 from napari_sam3.core.columns import SCENE_COLUMNS
-from napari_sam3.core.errors import InvalidType
+from napari_sam3.core.errors import InvalidInput, InvalidType
 from napari_sam3.imagery.raster import (
     BandKey,
     RasterInfo,
@@ -39,6 +39,7 @@ from napari_sam3.prompts.query import Query
 from napari_sam3.runtime.cached import heads_bytes, image_bytes
 from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.budget import ScenePlan, resolve_budget
+from napari_sam3.scene.journal import TileJournal, run_identity
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
 from napari_sam3.scene.settings import FIELDS as SETTINGS_FIELDS
@@ -64,6 +65,8 @@ def segment_scene(
     settings: SceneSettings | None = None,
     *,
     progress: Progress = True,
+    journal: PathLike | None = None,
+    resume: bool = False,
     **options: Any,
 ) -> pd.DataFrame:
     """Segment a whole raster tile by tile; one row per object, in scene pixels.
@@ -110,6 +113,13 @@ def segment_scene(
             ``"1.5GB"``): tiles in flight, queries per request and the caches are planned within
             it (:mod:`napari_sam3.scene.budget`); default a quarter of the memory available, at
             most 1.5 GiB. It never changes the detections.
+        journal: a folder where every finished tile is recorded as it finishes
+            (:mod:`napari_sam3.scene.journal`), so that a run that is killed can resume;
+            :func:`~napari_sam3.scene.driver.segment_to_file` keeps one beside its output.
+            Without ``resume`` a journal already there is replaced.
+        resume: take the tiles ``journal`` holds from an earlier run of the same query,
+            settings, model and raster instead of running them again (one of another run is
+            refused, naming what differs); the result is the uninterrupted run's.
 
     Returns:
         Columns ``box`` (float32 x1, y1, x2, y2 in scene pixels), ``score``, ``mask``
@@ -119,12 +129,16 @@ def segment_scene(
         without a projected CRS); best score first. ``df.attrs`` holds ``scene`` (shape, CRS,
         transform, gsd), ``tiles`` (the whole grid), ``tiles_run`` (those segmented), ``aoi``
         (the AOI's window, or None), ``memory`` (the budget and how it was used:
-        ``ScenePlan.report``), ``skipped_tiles`` (all nodata) and ``timings`` (seconds per phase: read, stretch
+        ``ScenePlan.report``), ``skipped_tiles`` (all nodata), ``resumed_tiles`` (taken from the
+        journal) and ``timings`` (seconds per phase: read, stretch
         (the scene's statistics, ``scene_stats``, and every tile's stretch and letterbox),
         model (seconds the requests took, summed over the requests in flight), wait (this
-        thread waiting for the model), merge; wall; and ``peak_in_flight``).
+        thread waiting for the model), merge; journal (with ``journal``: seconds writing the
+        tile records, in a thread beside the run); wall; and ``peak_in_flight``).
     """
     wall0 = time.perf_counter()
+    if resume and journal is None:
+        raise InvalidInput("resume=True takes the tiles of a journal: give journal= (a folder)")
     query, settings = query_and_settings(query, settings, options)
     query.check_model(client.model_id)
     source = scene_source(source, settings.assets)
@@ -139,6 +153,11 @@ def segment_scene(
     budget = resolve_budget(settings.memory_budget)
     plan = scene_plan(client, budget, query.count, in_flight, tiles, info)
     grid = _Grid(gsd, _covering(run) if window is not None else None)
+    book = None
+    if journal is not None:
+        identity = run_identity(client.model_id, query, settings, source, info)
+        book = TileJournal.open(journal, identity, resume)
+    resumed = {t.index: book.finished[t.index] for t in run if book and t.index in book.finished}
 
     # no raw heads or answers kept to re-filter tiles; features as far as the budget leaves room
     with (
@@ -146,11 +165,23 @@ def segment_scene(
         keep_remote_open(),
         client.cache_limits(plan.feature_cache(), heads_bytes=0, results_bytes=0),
     ):
-        detections, skipped, view = _run_tiles(
-            client, source, info, run, query, settings, progress, timings, plan, grid
-        )
+        try:
+            found, view = _run_tiles(
+                client, source, info, run, query, settings, progress, timings, plan, grid,
+                done=resumed, record=None if book is None else book.add,
+            )  # fmt: skip
+        except BaseException:
+            if book is not None:
+                book.close(quiet=True)  # what finished is kept; the run's error goes on
+            raise
+        if book is not None:
+            book.close()
+            timings["journal"] = book.seconds
 
     t0 = time.perf_counter()
+    # in tile order, the journaled tiles among the new: as the uninterrupted run has them
+    detections = [d for t in run for d in found[t.index] or ()]
+    skipped = sum(found[t.index] is None for t in run)
     detections = merge_seams(detections, tiles, settings.seam_iou)
     if query.dedup is not None:
         detections = dedup_across_tiles(detections, query.dedup)
@@ -170,6 +201,7 @@ def segment_scene(
         aoi=window,
         memory=plan.report(),
         skipped_tiles=skipped,
+        resumed_tiles=len(resumed),
         view=view,
         query=query,
         timings=timings,
@@ -336,9 +368,12 @@ def _run_tiles(
     timings: dict[str, float],
     plan: ScenePlan,
     grid: _Grid | None = None,
-) -> tuple[list[Detection], int, SceneView]:
-    """Every tile through the model: (detections in scene pixels, tiles skipped, what the model
-    was given).
+    done: dict[int, list[Detection] | None] | None = None,
+    record: Callable[[int, list[Detection] | None], None] | None = None,
+) -> tuple[dict[int, list[Detection] | None], SceneView]:
+    """Every tile through the model: (each tile's detections in scene pixels, None for a tile
+    with no valid pixel; what the model was given). The tiles ``done`` holds (a journal's) are
+    taken as they are; each other tile is given to ``record`` as it finishes.
 
     Three stages: one thread reads and stretches tiles in order (at most ``_READ_AHEAD`` ready
     before the model takes them); up to ``plan.requested`` threads run the model, as many at
@@ -361,8 +396,9 @@ def _run_tiles(
         return run_query(client, prepared, query, limit), time.perf_counter() - t0
 
     report = _progress(progress, len(tiles), _source_name(info.path))
-    detections: list[Detection] = []
-    skipped = 0
+    found: dict[int, list[Detection] | None] = dict(done or {})
+    for dets in found.values():  # what the journal gave is held as what is found
+        plan.observe([], sum(d.mask.nbytes for d in dets or ()))
     loads: deque[Future] = deque()
     running: deque[tuple[Tile, np.ndarray | None, Future | None]] = deque()
     stats_lock = threading.Lock()
@@ -373,8 +409,10 @@ def _run_tiles(
             ThreadPoolExecutor(1, thread_name_prefix="sam3-read") as reader,
             ThreadPoolExecutor(plan.requested, thread_name_prefix="sam3-infer") as model,
         ):
-            upcoming = iter(tiles)
-            done = 0
+            upcoming = iter([t for t in tiles if t.index not in found])
+            finished = len(found)
+            if finished:
+                report(finished)
 
             def read_ahead() -> None:
                 while len(loads) < _READ_AHEAD:
@@ -406,16 +444,15 @@ def _run_tiles(
                         break
                 tile, invalid, job = running.popleft()
                 if job is None:
-                    skipped += 1
+                    found[tile.index] = None
                 else:
                     t0 = time.perf_counter()
                     frame, seconds = job.result()
                     t1 = time.perf_counter()
-                    found = _tile_detections(frame, tile, invalid, info)
-                    detections += found
+                    dets = found[tile.index] = _tile_detections(frame, tile, invalid, info)
                     plan.observe(
                         [size // count for count, size in frame.attrs["requests"]],
-                        sum(d.mask.nbytes for d in found),
+                        sum(d.mask.nbytes for d in dets),
                     )
                     if plan.features:  # the cache takes what the work leaves of the budget
                         client.engine.cache_bounds(features=plan.feature_cache())
@@ -432,8 +469,10 @@ def _run_tiles(
                     timings["wait"] += t1 - t0
                     timings["model"] += seconds
                     timings["merge"] += time.perf_counter() - t1
-                done += 1
-                report(done)
+                if record is not None:
+                    record(tile.index, found[tile.index])
+                finished += 1
+                report(finished)
     except BaseException:
         for _, future in loads:
             future.cancel()
@@ -444,7 +483,7 @@ def _run_tiles(
     finally:
         report(None)
 
-    return detections, skipped, view
+    return found, view
 
 
 def _tile_detections(
