@@ -32,6 +32,7 @@ analyst tunes them as for any GDAL tool. Credentials never travel on a command l
 from __future__ import annotations
 
 import http.client
+import logging
 import netrc
 import os
 import re
@@ -40,6 +41,7 @@ import urllib.error
 import urllib.request
 from base64 import b64encode
 from collections.abc import Callable
+from contextvars import ContextVar
 from email.utils import parsedate_to_datetime
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
@@ -96,6 +98,8 @@ READ_TRIES = 2
 TRANSIENT_CODES = frozenset({429, 500, 502, 503, 504})
 
 T = TypeVar("T")
+# The retries a read's last try may still make within its deadline (set by `retried`).
+_LEFT: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("napari_sam3_http_left", default=())
 
 
 class RemoteRasterError(Sam3Error, ValueError):
@@ -136,6 +140,7 @@ def network_options() -> dict[str, str]:
     """The GDAL options of every remote read: :data:`NETWORK_DEFAULTS`, each overridden by the
     environment variable of the same name, and a bearer token from :data:`TOKEN_ENV`."""
     options = {key: os.environ.get(key, value) for key, value in NETWORK_DEFAULTS.items()}
+    options.update(dict(_LEFT.get()))
     token = os.environ.get(TOKEN_ENV)
     if token and not os.environ.get("GDAL_HTTP_HEADERS"):
         options["GDAL_HTTP_AUTH"] = "BEARER"
@@ -202,28 +207,71 @@ def forget(url: str) -> None:
 
 def retried(url: str, action: Callable[[], T], reading: str = "open", discard=None) -> T:
     """``action()``, a GDAL open or read of ``url`` (GDAL has retried 429/5xx and stalls itself),
-    tried again once after a failure that may pass (a body cut short, a server that kept
-    failing): ``discard()`` (the caller's handles of it) and :func:`forget` first, and only while
-    :func:`deadline` allows. The last failure is raised as :func:`remote_error`."""
+    tried once more after a failure that may pass (a body cut short, a server that kept
+    failing): ``discard()`` (the caller's handles of it) and :func:`forget` first. Both tries
+    together stay within :func:`deadline`: the second makes only the retries that fit, and is not
+    made when not one try fits. The last failure is raised as :func:`remote_error`."""
     options = network_options()
-    _, _, delay = _retry_settings(options)
-    start = time.monotonic()
-    for attempt in range(READ_TRIES):
-        try:
-            return action()
-        except RasterioError as exc:
-            error = remote_error(url, exc, reading)
-            if discard is not None:
-                discard()
-            forget(url)
-            late = time.monotonic() - start + delay > deadline(options)
-            if attempt + 1 == READ_TRIES or late or not isinstance(error, RemoteUnavailable):
-                raise error from None
-        time.sleep(delay)
+    timeout, _, delay = _retry_settings(options)
+    end = time.monotonic() + deadline(options)
+    token = None
+    try:
+        for attempt in range(READ_TRIES):
+            _WARNINGS.take(url)  # this try's warnings only
+            try:
+                return action()
+            except RasterioError as exc:
+                error = remote_error(url, exc, reading)
+                if discard is not None:
+                    discard()
+                forget(url)
+                fit = int((end - time.monotonic() - delay) // timeout)
+                last = attempt + 1 == READ_TRIES
+                if last or fit < 1 or not isinstance(error, RemoteUnavailable):
+                    raise error from None
+            time.sleep(delay)
+            retries = min(fit - 1, _retry_settings(options)[1])
+            token = _LEFT.set((("GDAL_HTTP_MAX_RETRY", str(retries)),))
+    finally:
+        if token is not None:
+            _LEFT.reset(token)
     raise AssertionError("unreachable")
 
 
 # ----------------------------------------------------------------------------- errors
+
+
+class _NetworkWarnings(logging.Handler):
+    """The last network warning GDAL gave for each URL ("HTTP error code: 503 - URL. Retrying"):
+    a failed block read names only the block, so :func:`remote_error` adds this as the cause."""
+
+    pattern = re.compile(r"HTTP (?:error|response) code: \d+ - (\S+?)\.? ")
+    keep = 64
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return
+        match = self.pattern.search(message)
+        if match:  # (emit runs under self.lock)
+            self.last.pop(match.group(1), None)
+            self.last[match.group(1)] = message
+            while len(self.last) > self.keep:
+                self.last.pop(next(iter(self.last)))
+
+    def take(self, url: str) -> str | None:
+        """The last warning about ``url``, forgotten now."""
+        with self.lock:
+            return self.last.pop(url.removeprefix("/vsicurl/"), None)
+
+
+_WARNINGS = _NetworkWarnings()
+logging.getLogger("rasterio").addHandler(_WARNINGS)
 
 
 _GDAL_REASONS = (
@@ -250,7 +298,7 @@ _GDAL_REASONS = (
         "no server answers there; check the host and port",
     ),
     (
-        re.compile(r"HTTP response code: (5\d\d|429)"),
+        re.compile(r"HTTP (response|error) code: (5\d\d|429)"),
         RemoteUnavailable,
         "the server kept failing (HTTP 5xx/429) after GDAL_HTTP_MAX_RETRY retries",
     ),
@@ -258,7 +306,7 @@ _GDAL_REASONS = (
         re.compile(r"not recognized as (being in )?a supported file format|not a TIFF", re.I),
         RemoteUnavailable,  # also what a header cut short looks like: worth one more try
         "the answer is not a GeoTIFF or JPEG 2000 raster (an HTML page? a VRT? a wrong URL?), "
-        "or the server cut it short",
+        "or the server cut its answers short",
     ),
     (
         re.compile(r"416|Range|Read error|TIFFRead|IReadBlock|short|truncat", re.IGNORECASE),
@@ -276,6 +324,9 @@ def remote_error(url: str, exc: BaseException, reading: str = "open") -> RemoteR
     while seen is not None and len(messages) < 6:  # GDAL's own messages are the causes
         messages.append(str(seen).strip())
         seen = seen.__cause__ or seen.__context__
+    warned = _WARNINGS.take(url)
+    if warned:  # GDAL's last word on the URL, before the read error it led to
+        messages.insert(0, warned.removeprefix("CPLE_AppDefined:").strip())
     text = " / ".join(dict.fromkeys(m for m in messages if m))
     kind, reason = next(
         ((cls, why) for pattern, cls, why in _GDAL_REASONS if pattern.search(text)),
@@ -337,7 +388,8 @@ def fetch_bytes(url: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
     for attempt in range(retries + 1):
         wait = delay * 2**attempt
         try:
-            return _fetch_once(request, url, min(timeout, end - time.monotonic()), max_bytes)
+            left = min(timeout, end - time.monotonic())
+            return _fetch_once(request, url, left, max_bytes, timeout)
         except urllib.error.HTTPError as error:
             if error.code not in TRANSIENT_CODES:
                 raise RemoteRasterError(f"cannot fetch {url}: {_http_reason(error.code)}") from None
@@ -377,8 +429,10 @@ class _CutShort(Exception):  # noqa: N818 - internal: a body that ended early, r
         self.timed_out = timed_out
 
 
-def _fetch_once(request: urllib.request.Request, url: str, timeout: float, max_bytes: int) -> bytes:
-    """One GET, its whole body within ``timeout`` seconds."""
+def _fetch_once(
+    request: urllib.request.Request, url: str, timeout: float, max_bytes: int, limit: float
+) -> bytes:
+    """One GET, its whole body within ``timeout`` seconds (``limit``: GDAL_HTTP_TIMEOUT)."""
     stop = time.monotonic() + max(timeout, 0.1)
     with urllib.request.urlopen(request, timeout=max(timeout, 0.1)) as answer:  # noqa: S310
         length = answer.headers.get("Content-Length")
@@ -390,7 +444,7 @@ def _fetch_once(request: urllib.request.Request, url: str, timeout: float, max_b
             body += chunk
             if time.monotonic() > stop:
                 raise _CutShort(
-                    f"the server did not send its answer within {timeout:g} s "
+                    f"the server did not send its answer within {limit:g} s "
                     f"(GDAL_HTTP_TIMEOUT; {len(body)} bytes came)",
                     timed_out=True,
                 )
@@ -435,4 +489,6 @@ def _http_reason(code: int) -> str:
 def _network_reason(reason: Any, timeout: float) -> str:
     if _timed_out(reason):
         return f"the server did not answer within {timeout:g} s (GDAL_HTTP_TIMEOUT)"
+    if isinstance(reason, ConnectionResetError | http.client.HTTPException):
+        return f"the server dropped the connection mid-answer ({reason}); retry later"
     return f"no answer ({reason}); check the host and port"
