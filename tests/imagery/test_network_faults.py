@@ -158,6 +158,18 @@ def test_lasting_faults_raise_connection_and_timeout_errors_in_the_library(serve
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["reset", "short", "short206"])
+def test_a_read_cut_short_once_is_read_again_whole(server, s2_cogs, fast, kind):
+    """One read of the whole file: GDAL does not retry a body cut short, and keeps its short
+    part; the read is made again after GDAL's cache of the URL is dropped."""
+    server.add(f"again_{kind}/B04.tif", s2_cogs["B04"])
+    url = server.script(f"again_{kind}/B04.tif", Fault(kind, **PIXELS))
+    with rasterio.open(s2_cogs["B04"]) as ds:
+        np.testing.assert_array_equal(read_raster(url).data, ds.read())
+    assert server.faults_given[f"/again_{kind}/B04.tif"] == 1
+
+
+@pytest.mark.timeout(60)
 def test_a_short_block_gdal_cached_is_forgotten(server, s2_cogs, fast):
     """GDAL keeps the short part of a body it got; without forget() every later read of that
     block in the process fails again, without asking the server."""
