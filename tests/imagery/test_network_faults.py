@@ -36,8 +36,8 @@ from napari_sam3.imagery.stac import catalog_items, scene_source
 from .conftest import BANDS, COMMON, item_json, stac_item
 from .http_server import Fault, RangeServer
 
-# Short timeouts so a stall costs seconds: a try 2 s, 2 more tries, 0.1 s between.
-FAST = {"GDAL_HTTP_TIMEOUT": "2", "GDAL_HTTP_MAX_RETRY": "2", "GDAL_HTTP_RETRY_DELAY": "0.1"}
+# Short timeouts so a stall costs seconds: a try 1 s, 2 more tries, 0.1 s between.
+FAST = {"GDAL_HTTP_TIMEOUT": "1", "GDAL_HTTP_MAX_RETRY": "2", "GDAL_HTTP_RETRY_DELAY": "0.1"}
 SEGMENT = ["--precision", "fp32", "--prompt", "building", "--gsd", "15", "--quiet", "--score-thr", "0"]  # fmt: skip
 
 # The first range request of a COG is its header; `after=1` hits the first pixel request.
@@ -154,7 +154,7 @@ def test_lasting_faults_raise_connection_and_timeout_errors_in_the_library(serve
     url = server.script("lib/stall.tif", Fault("stall", times=0))  # the header never comes
     with pytest.raises(RemoteTimedOut, match=re.escape(url)) as caught:
         read_raster(url)
-    assert isinstance(caught.value, TimedOut) and "GDAL_HTTP_TIMEOUT 2 s" in str(caught.value)
+    assert isinstance(caught.value, TimedOut) and "GDAL_HTTP_TIMEOUT 1 s" in str(caught.value)
 
 
 @pytest.mark.timeout(60)
@@ -236,8 +236,8 @@ JSON_FAILING = {
     ),
     "reset for ever": (Fault("reset", times=0), RemoteUnavailable, "dropped the connection"),
     "short for ever": (Fault("short", times=0), RemoteUnavailable, "cut short"),
-    "stall for ever": (Fault("stall", times=0), RemoteTimedOut, "within 2 s"),
-    "trickle for ever": (Fault("trickle", times=0), RemoteTimedOut, "within 2 s"),
+    "stall for ever": (Fault("stall", times=0), RemoteTimedOut, "within 1 s"),
+    "trickle for ever": (Fault("trickle", times=0), RemoteTimedOut, "within 1 s"),
 }
 
 
@@ -265,7 +265,7 @@ def test_a_lasting_fault_on_a_stac_item_fails_naming_it_within_the_deadline(
 
 
 def test_the_deadline_is_gdals_tries_and_their_delays(fast):
-    assert deadline() == pytest.approx(3 * 2 + 0.1 * (1 + 2))
+    assert deadline() == pytest.approx(3 * 1 + 0.1 * (1 + 2))
 
 
 @pytest.mark.timeout(60)

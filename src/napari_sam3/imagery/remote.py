@@ -210,11 +210,12 @@ def retried(url: str, action: Callable[[], T], reading: str = "open", discard=No
     tried once more after a failure that may pass (a body cut short, a server that kept
     failing): ``discard()`` (the caller's handles of it) and :func:`forget` first. Both tries
     together stay within :func:`deadline`: the second makes only the retries that fit, and is not
-    made when not one try fits. The last failure is raised as :func:`remote_error`."""
+    made when not one try fits. The first failure is raised, as :func:`remote_error` gives it
+    (a second one is often its echo: a header cut short after a block was)."""
     options = network_options()
     timeout, _, delay = _retry_settings(options)
     end = time.monotonic() + deadline(options)
-    token = None
+    token, first = None, None
     try:
         for attempt in range(READ_TRIES):
             _WARNINGS.take(url)  # this try's warnings only
@@ -222,13 +223,14 @@ def retried(url: str, action: Callable[[], T], reading: str = "open", discard=No
                 return action()
             except RasterioError as exc:
                 error = remote_error(url, exc, reading)
+                first = first or error  # what the retry could not get past: the cause
                 if discard is not None:
                     discard()
                 forget(url)
                 fit = int((end - time.monotonic() - delay) // timeout)
                 last = attempt + 1 == READ_TRIES
                 if last or fit < 1 or not isinstance(error, RemoteUnavailable):
-                    raise error from None
+                    raise first from None
             time.sleep(delay)
             retries = min(fit - 1, _retry_settings(options)[1])
             token = _LEFT.set((("GDAL_HTTP_MAX_RETRY", str(retries)),))
