@@ -336,6 +336,8 @@ def _stac_inputs(item: str) -> list[Any]:
         if isinstance(stac, pystac.Item):
             return [_RemoteInput(item) if is_remote(item) else Path(item)]
         hrefs = [i.get_self_href() for i in catalog_items(stac)]
+    except (ConnectionError, TimeoutError):  # the network failed (exit 1), not the input
+        raise
     except (ValueError, FileNotFoundError) as error:
         raise UsageError(f"{item}: {error}") from None
     return [_RemoteInput(h) if is_remote(h) else Path(h) for h in hrefs]

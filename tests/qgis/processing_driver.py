@@ -8,7 +8,8 @@ the feedback object once progress reaches it; optional ``settings``: QgsSettings
 that run; optional ``load``: the OUTPUT goes into the project as QGIS's dialog sends it, and
 the layer QGIS would load is loaded and given the algorithm's post-processor, whose renderer is
 reported as ``style``) and prints one JSON line per run: ``ok``, ``results`` or ``error``,
-``progress``.
+``progress``, and the ``warnings`` and ``errors`` the algorithm gave its feedback (pushWarning,
+reportError).
 """
 
 from __future__ import annotations
@@ -28,6 +29,23 @@ from qgis.core import (
     QgsVectorLayer,
 )
 from qgis.PyQt.QtCore import QCoreApplication, QSettings
+
+
+class _Recording(QgsProcessingFeedback):
+    """A feedback that keeps what the algorithm said to the analyst."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.warnings: list[str] = []
+        self.errors: list[str] = []
+
+    def pushWarning(self, text: str) -> None:  # noqa: N802 - QGIS's name
+        self.warnings.append(text)
+        super().pushWarning(text)
+
+    def reportError(self, text: str, fatalError: bool = False) -> None:  # noqa: N802, N803
+        self.errors.append(text)
+        super().reportError(text, fatalError)
 
 
 def main(profile: str, runs_file: str) -> int:
@@ -54,7 +72,7 @@ def main(profile: str, runs_file: str) -> int:
         saved = {key: settings.value(key) for key in run.get("settings", {})}
         for key, value in run.get("settings", {}).items():
             settings.setValue(key, value)
-        feedback = QgsProcessingFeedback()
+        feedback = _Recording()
         progress: list[float] = []
         cancel_at = run.get("cancel_at")
 
@@ -81,6 +99,7 @@ def main(profile: str, runs_file: str) -> int:
         except QgsProcessingException as error:
             out.update(ok=False, error=str(error))
         out["canceled"] = feedback.isCanceled()
+        out.update(warnings=feedback.warnings, errors=feedback.errors)
         for key, value in saved.items():
             settings.setValue(key, value)
         print(json.dumps(out), flush=True)

@@ -48,7 +48,7 @@ from napari_sam3.imagery.remote import (
     is_remote,
     network_env,
     remote_driver,
-    remote_error,
+    retried,
 )
 
 PathLike = str | os.PathLike[str]
@@ -428,6 +428,16 @@ _pool_depth = 0
 _pool: dict[tuple[str, int | None], tuple[rasterio.io.DatasetReader, threading.Lock]] | None = None
 
 
+def _drop_pooled(url: str) -> None:
+    """Close the pooled handles of ``url`` (after a failed read): the next use opens it again."""
+    with _POOL_LOCK:
+        entries = [entry for key, entry in (_pool or {}).items() if key[0] == url]
+    for ds, lock in entries:
+        if ds is not None:
+            with lock:
+                ds.close()
+
+
 def _pooled(stack: contextlib.ExitStack, key, kwargs) -> rasterio.io.DatasetReader | None:
     """The pooled handle of ``key`` (opened now if need be), held by ``stack``; None outside a
     :func:`keep_remote_open` block."""
@@ -453,44 +463,55 @@ def _pooled(stack: contextlib.ExitStack, key, kwargs) -> rasterio.io.DatasetRead
 
 def _header(path: Source) -> _Header:
     try:
-        with open_dataset(path) as ds:
-            nodatas = {v for v in ds.nodatavals if v is not None}
-            if len(nodatas) > 1:
-                raise InvalidInput(
-                    f"{path.name}: bands have different nodata values {sorted(nodatas)}; "
-                    "read them separately and pass nodata= explicitly when stretching."
-                )
-            if len(set(ds.dtypes)) > 1:
-                raise InvalidInput(
-                    f"{path.name}: bands have different dtypes {ds.dtypes}; read them separately."
-                )
-            palette = _palette(ds)
-            count = 3 if palette is not None else ds.count
-            return _Header(
-                path=path,
-                count=count,
-                rows=ds.height,
-                cols=ds.width,
-                dtype=np.dtype(np.uint8 if palette is not None else ds.dtypes[0]),
-                crs=ds.crs,
-                transform=ds.transform,
-                nodata=nodatas.pop() if nodatas else None,
-                names=("red", "green", "blue")
-                if palette is not None
-                else _band_names(path, ds.descriptions),
-                roles=("red", "green", "blue")
-                if palette is not None
-                else tuple(c.name for c in ds.colorinterp),
-                masked=_has_mask(ds),
-                palette=palette,
-                placement=_placement(ds),
-            )
+        return _reading(path, lambda: _read_header(path))
     except RasterioError as exc:
-        if is_remote(path):
-            raise remote_error(os.fspath(path), exc) from None
         raise BadData(
             f"cannot read {path} as a raster (GeoTIFF, JPEG 2000, PNG, JPEG): {exc}"
         ) from exc
+
+
+def _read_header(path: Source) -> _Header:
+    with open_dataset(path) as ds:
+        nodatas = {v for v in ds.nodatavals if v is not None}
+        if len(nodatas) > 1:
+            raise InvalidInput(
+                f"{path.name}: bands have different nodata values {sorted(nodatas)}; "
+                "read them separately and pass nodata= explicitly when stretching."
+            )
+        if len(set(ds.dtypes)) > 1:
+            raise InvalidInput(
+                f"{path.name}: bands have different dtypes {ds.dtypes}; read them separately."
+            )
+        palette = _palette(ds)
+        count = 3 if palette is not None else ds.count
+        return _Header(
+            path=path,
+            count=count,
+            rows=ds.height,
+            cols=ds.width,
+            dtype=np.dtype(np.uint8 if palette is not None else ds.dtypes[0]),
+            crs=ds.crs,
+            transform=ds.transform,
+            nodata=nodatas.pop() if nodatas else None,
+            names=("red", "green", "blue")
+            if palette is not None
+            else _band_names(path, ds.descriptions),
+            roles=("red", "green", "blue")
+            if palette is not None
+            else tuple(c.name for c in ds.colorinterp),
+            masked=_has_mask(ds),
+            palette=palette,
+            placement=_placement(ds),
+        )
+
+
+def _reading(path: Source, action, reading: str = "open"):
+    """``action()``, which opens ``path`` and reads it; a URL's failures are tried again once
+    and named (:func:`~napari_sam3.imagery.remote.retried`), its pooled handle dropped first."""
+    if not is_remote(path):
+        return action()
+    url = os.fspath(path)
+    return retried(url, action, reading, discard=lambda: _drop_pooled(url))
 
 
 def _has_mask(ds) -> bool:
@@ -526,12 +547,14 @@ def _placement(ds) -> str:
 
 def _read_mask(path: Source, win: Window, out_shape: tuple[int, int]) -> np.ndarray:
     """GDAL's dataset mask of a window, True where valid."""
-    try:
+
+    def read() -> np.ndarray:
         with open_dataset(path) as ds:
             return ds.dataset_mask(window=win, out_shape=out_shape) > 0
+
+    try:
+        return _reading(path, read, "read the mask of")
     except RasterioError as exc:
-        if is_remote(path):
-            raise remote_error(os.fspath(path), exc, "read the mask of") from None
         raise BadData(f"cannot read the mask of {path} (damaged file?): {exc}") from exc
 
 
@@ -662,7 +685,8 @@ def _read_pixels(
     out_shape: tuple[int, int],
     resampling: Resampling = Resampling.nearest,
 ) -> np.ndarray:
-    try:
+
+    def read() -> np.ndarray:
         with open_dataset(path) as ds:
             return ds.read(
                 indexes,
@@ -670,9 +694,10 @@ def _read_pixels(
                 out_shape=(len(indexes), *out_shape),
                 resampling=resampling,
             )
+
+    try:
+        return _reading(path, read, "read the pixels of")
     except RasterioError as exc:
-        if is_remote(path):
-            raise remote_error(os.fspath(path), exc, "read the pixels of") from None
         raise BadData(
             f"cannot read the pixels of {path} (damaged or truncated file?): {exc}"
         ) from exc

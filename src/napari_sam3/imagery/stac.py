@@ -153,6 +153,9 @@ def catalog_items(source: Any, limit: int = 10_000) -> list[Any]:
     except Sam3Error:
         raise
     except (pystac.STACError, pystac.STACTypeError, KeyError, TypeError, ValueError) as error:
+        ours = _cause(error)
+        if ours is not None:  # a child that could not be fetched: our error names it
+            raise ours from None
         raise StacError(f"cannot walk {_describe(stac)}: {error}") from None
     if not items:
         raise StacError(f"{_describe(stac)} holds no items")
@@ -212,6 +215,14 @@ def _checked_href(item: Any, key: str) -> str:
         f"item {item.id}: asset {key!r} points at {href!r}; an item may point at http(s) URLs "
         "(and, from a local item, local files) only"
     )
+
+
+def _cause(error: BaseException) -> Sam3Error | None:
+    """Our own error among ``error``'s causes (pystac wraps what a link's read raised)."""
+    seen = error.__cause__
+    while seen is not None and not isinstance(seen, Sam3Error):
+        seen = seen.__cause__
+    return seen
 
 
 def _describe(stac: Any) -> str:

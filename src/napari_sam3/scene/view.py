@@ -50,6 +50,7 @@ class SceneView:
     valid_share: float  # of the decimated read (of ``region`` when given)
     stats: StretchStats | None  # None: uint8 bands go to the model as they are
     dtype: str
+    placement: str | None = None  # the raster lies far outside its CRS's area (check_placement)
 
     @property
     def tile_nodata(self) -> float | str:
@@ -60,7 +61,8 @@ class SceneView:
         """The facts in one line (the napari panel's status)."""
         bands = ", ".join(self.band_names) or "as read"
         fill = "" if self.fill is None else f"; {_number(self.fill.value)} inferred as fill"
-        return f"model saw bands {bands}, {self.valid_share:.0%} valid ({self.rule}){fill}"
+        line = f"model saw bands {bands}, {self.valid_share:.0%} valid ({self.rule}){fill}"
+        return line if self.placement is None else f"{line}; WARNING: {self.placement}"
 
     def lines(self) -> list[str]:
         stretch = (
@@ -83,6 +85,7 @@ class SceneView:
             f"bands: {', '.join(self.band_names) or 'as read'} ({self.why})",
             f"valid pixels: {self.valid_share:.1%} ({self.rule})",
             f"stretch: {stretch}",
+            *([] if self.placement is None else [f"warning: {self.placement}"]),
         ]
 
 
@@ -104,7 +107,7 @@ def scene_view(
 
 
 def _decide(source, info, bands, nodata, gsd, region, stats, percentiles, warn):
-    check_placement(info, warn)
+    placement = check_placement(info, warn)
     window = None if region is None else np.s_[region[0] : region[2], region[1] : region[3]]
     overview = read_raster(source, bands=bands, window=window, max_size=VIEW_SIZE, gsd=gsd)
     asked = check_nodata(nodata)
@@ -134,6 +137,7 @@ def _decide(source, info, bands, nodata, gsd, region, stats, percentiles, warn):
         valid_share=share,
         stats=stats,
         dtype=str(channels.planes[0].dtype),
+        placement=placement,
     )
     return view, channels, overview
 

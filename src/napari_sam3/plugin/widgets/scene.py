@@ -301,6 +301,10 @@ class SceneWidget(Sam3Widget):
         self.result = self.viewer.add_labels(labels, **kwargs)
         done = f"{len(frame)} object(s) in {tiles} tiles -> layer '{self.result.name}'"
         view = frame.attrs.get("view")
+        if view is not None and view.placement is not None:
+            from napari.utils.notifications import show_warning
+
+            show_warning(view.placement)  # where its polygons land: said as loudly as an error
         return done if view is None else f"{done}; {view.summary()}"
 
 
