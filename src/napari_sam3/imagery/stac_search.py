@@ -133,7 +133,13 @@ def search_items(
                 "would ignore or misread the filter; leave --filter out and narrow the search "
                 "by --bbox and --datetime"
             )
+        methods = {
+            (link.extra_fields.get("method") or "GET").upper()
+            for link in client.links
+            if link.rel == "search"
+        }
         search = client.search(
+            method="POST" if "POST" in methods else "GET",  # what the API says it takes
             collections=names,
             bbox=box,
             datetime=when,
