@@ -16,7 +16,7 @@ import shapely
 from napari_sam3.cli import main
 from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery import stac_search
-from napari_sam3.imagery.remote import RemoteUnavailable
+from napari_sam3.imagery.remote import RemoteRasterError, RemoteTimedOut, RemoteUnavailable
 from napari_sam3.imagery.stac import LoadedItem, read_stac, scene_source
 from napari_sam3.imagery.stac_search import StacSearchError, search_items
 
@@ -322,7 +322,9 @@ def test_pages_that_never_end_are_bounded_and_a_page_that_never_ends_is_given_up
         search_items(endless + "/", "demo")
     taken = search_items(endless + "/", "demo", max_items=7)
     assert [i.id for i in taken.items] == [f"page{n}" for n in range(7)] and taken.truncated
-    with pytest.raises(StacSearchError, match=r"/endless\?collections=demo answered more than 16 MiB"):
+    with pytest.raises(
+        StacSearchError, match=r"/endless\?collections=demo answered more than 16 MiB"
+    ):
         search_items(endless + "/api-endless", "demo")
 
 
@@ -336,3 +338,27 @@ def test_a_found_item_pickles_with_its_item():
     again = pickle.loads(pickle.dumps(scene))
     assert again == scene
     assert again.item.id == "x/y" and again.stem == "x_y"
+
+
+def test_credentials_come_from_the_environment_as_for_rasters(cog_server, monkeypatch):
+    url = cog_server.add("landing.json", _landing(cog_server.url("search")))
+    page = {"type": "FeatureCollection", "features": [stac_item_like_feature("secret_scene")]}
+    cog_server.add("search", json.dumps(page).encode())
+    cog_server.token = "s3cret"
+    cog_server.configure()
+    monkeypatch.delenv("NAPARI_SAM3_HTTP_TOKEN", raising=False)
+    monkeypatch.setenv("NETRC", str(cog_server.root / "no-netrc"))
+    with pytest.raises(RemoteRasterError, match=r"refused \(HTTP 401\).*NAPARI_SAM3_HTTP_TOKEN"):
+        search_items(url, "demo")
+    monkeypatch.setenv("NAPARI_SAM3_HTTP_TOKEN", "s3cret")
+    assert [i.id for i in search_items(url, "demo").items] == ["secret_scene"]
+
+
+def test_a_server_that_does_not_answer_times_out_naming_the_url(cog_server, monkeypatch):
+    monkeypatch.setenv("GDAL_HTTP_TIMEOUT", "1")
+    monkeypatch.setenv("GDAL_HTTP_MAX_RETRY", "0")
+    url = cog_server.add("landing.json", _landing(cog_server.url("search")))
+    cog_server.hang.add("/landing.json")
+    cog_server.configure()
+    with pytest.raises(RemoteTimedOut, match=r"cannot search .*landing.json.*GDAL_HTTP_TIMEOUT"):
+        search_items(url, "demo")

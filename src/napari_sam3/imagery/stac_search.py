@@ -120,7 +120,7 @@ def search_items(
         _positive("limit", limit)
     box, when = _bbox(bbox), _datetime(datetime)
     with _errors(url):
-        client = Client.open(url, stac_io=_stac_io())
+        client = Client.open(url, **_client_options())
         if not client.conforms_to(ConformanceClasses.ITEM_SEARCH) or not client.get_search_link():
             raise StacSearchError(
                 f"{url} is not a STAC API with item search (no item-search conformance class "
@@ -215,8 +215,10 @@ def _datetime(text: str | None) -> str | None:
 # ----------------------------------------------------------------------------- network
 
 
-def _stac_io() -> Any:
-    """A pystac-client StacApiIO with our network rules (see the module's docstring)."""
+def _client_options() -> dict[str, Any]:
+    """Client.open's arguments: a StacApiIO with our network rules (see the module's
+    docstring). The timeout and request modifier go to Client.open itself, which sets them on
+    the StacApiIO (and would set None over any given to the StacApiIO alone)."""
     from pystac_client.stac_api_io import StacApiIO
     from urllib3.util.retry import Retry
 
@@ -234,13 +236,13 @@ def _stac_io() -> Any:
         allowed_methods=None,  # a search POST changes nothing: retried as a GET is
         raise_on_status=False,  # the last answer's status is the error's
     )
-    io = StacApiIO(timeout=(connect, timeout), max_retries=None, request_modifier=_with_credentials)
+    io = StacApiIO(max_retries=None)
     adapter = _BoundedAdapter(timeout, max_retries=retry)
     io.session.mount("http://", adapter)
     io.session.mount("https://", adapter)
     io.session.auth = _no_auth  # credentials are request_headers' alone (requests would add
     # ~/.netrc's for any host, over a token given in the environment)
-    return io
+    return {"stac_io": io, "timeout": (connect, timeout), "request_modifier": _with_credentials}
 
 
 def _with_credentials(request: Any) -> Any:
