@@ -362,3 +362,30 @@ def test_a_server_that_does_not_answer_times_out_naming_the_url(cog_server, monk
     cog_server.configure()
     with pytest.raises(RemoteTimedOut, match=r"cannot search .*landing.json.*GDAL_HTTP_TIMEOUT"):
         search_items(url, "demo")
+
+
+def test_the_napari_search_form_lists_the_items_in_view_and_opens_one_lazily(
+    stac_api, cog_server, s2_cogs, scene_bytes, make_napari_viewer
+):
+    from napari_sam3.plugin.widgets import StacSearchWidget
+
+    viewer = make_napari_viewer()
+    viewer.open(str(s2_cogs["B04"]), plugin="napari-sam3")  # the area in view: the scene
+    form = StacSearchWidget(viewer)
+    form.url.value, form.collections.value = stac_api.url, "demo"
+    form.search()
+    in_view = [line.split()[0] for line in form.items.choices]
+    assert in_view == [s[0] for s in SCENES if s[3]], form.status.value  # not the far one
+    form.area.value, form.dates.value = "Anywhere", "2024-06/2024-06"
+    form.search()
+    assert [line.split()[0] for line in form.items.choices] == ["s2_2024_06_11", "far_2024_06_20"]
+    form.cloud.value = 20  # a filter this API cannot take: said, not raised
+    form.search()
+    assert "Filter extension" in form.status.value
+    cog_server.reset_counts()
+    form.items.value = [form.items.choices[0]]
+    opened = form.open_selected()
+    assert opened == [layer for layer in viewer.layers if layer.name.startswith("s2_2024_06_11")]
+    assert [layer.name.split()[-1] for layer in opened] == list(BANDS)
+    assert all(layer.multiscale and layer.data[0].shape == (768, 1536) for layer in opened)
+    assert sum(cog_server.served.values()) < scene_bytes / 2  # overviews, not the scene
