@@ -9,7 +9,8 @@ The requests follow the network rules of :mod:`napari_sam3.imagery.remote`: the 
 credentials (:func:`~napari_sam3.imagery.remote.request_headers`, per host: a ``next`` page on
 another host never gets this host's netrc password), ``GDAL_HTTP_CONNECTTIMEOUT`` /
 ``GDAL_HTTP_TIMEOUT`` (the whole answer within it), ``GDAL_HTTP_MAX_RETRY`` retries after 429/5xx
-or a dropped connection, waiting ``GDAL_HTTP_RETRY_DELAY`` doubling, and a page of at most
+or a dropped connection, waiting ``GDAL_HTTP_RETRY_DELAY`` doubling (or a ``Retry-After``, up to
+the deadline of one request), and a page of at most
 :data:`~napari_sam3.imagery.remote.MAX_JSON_BYTES`. A search is bounded: at most
 :data:`DEFAULT_MAX_ITEMS` items unless ``max_items`` says otherwise (a search that finds more,
 or whose pages never end, is refused with what to narrow), so no query runs away.
@@ -29,6 +30,7 @@ from napari_sam3.imagery.remote import (
     RemoteRasterError,
     RemoteTimedOut,
     RemoteUnavailable,
+    deadline,
     network_options,
     request_headers,
 )
@@ -220,13 +222,12 @@ def _client_options() -> dict[str, Any]:
     docstring). The timeout and request modifier go to Client.open itself, which sets them on
     the StacApiIO (and would set None over any given to the StacApiIO alone)."""
     from pystac_client.stac_api_io import StacApiIO
-    from urllib3.util.retry import Retry
 
     options = network_options()
     timeout = float(options["GDAL_HTTP_TIMEOUT"])
     connect = float(options["GDAL_HTTP_CONNECTTIMEOUT"])
     retries = int(options["GDAL_HTTP_MAX_RETRY"])
-    retry = Retry(
+    retry = _Retry(
         total=retries,
         connect=retries,
         read=retries,
@@ -243,6 +244,21 @@ def _client_options() -> dict[str, Any]:
     io.session.auth = _no_auth  # credentials are request_headers' alone (requests would add
     # ~/.netrc's for any host, over a token given in the environment)
     return {"stac_io": io, "timeout": (connect, timeout), "request_modifier": _with_credentials}
+
+
+def _retry_base() -> type:
+    from urllib3.util.retry import Retry
+
+    return Retry
+
+
+class _Retry(_retry_base()):  # type: ignore[misc]
+    """urllib3's retries, a server's ``Retry-After`` honoured up to the deadline of one request
+    (:func:`~napari_sam3.imagery.remote.deadline`): a server asking for an hour is not waited on."""
+
+    def get_retry_after(self, response: Any) -> float | None:
+        asked = super().get_retry_after(response)
+        return None if asked is None else min(asked, deadline())
 
 
 def _with_credentials(request: Any) -> Any:
