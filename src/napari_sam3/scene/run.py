@@ -39,6 +39,7 @@ from napari_sam3.prompts.query import Query
 from napari_sam3.runtime.cached import heads_bytes, image_bytes
 from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.budget import ScenePlan, resolve_budget
+from napari_sam3.scene.guard import TileGuard
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
 from napari_sam3.scene.settings import FIELDS as SETTINGS_FIELDS
@@ -361,6 +362,7 @@ def _run_tiles(
         return run_query(client, prepared, query, limit), time.perf_counter() - t0
 
     report = _progress(progress, len(tiles), _source_name(info.path))
+    guard = TileGuard(client, _source_name(info.path), len(tiles))  # one model; how far it came
     detections: list[Detection] = []
     skipped = 0
     loads: deque[Future] = deque()
@@ -433,13 +435,17 @@ def _run_tiles(
                     timings["model"] += seconds
                     timings["merge"] += time.perf_counter() - t1
                 done += 1
+                guard.tile_done(done)
                 report(done)
-    except BaseException:
+    except BaseException as error:
         for _, future in loads:
             future.cancel()
         for _, _, job in running:
             if job is not None:
                 job.cancel()
+        noted = guard.stopped(error)
+        if noted is not None:
+            raise noted from error
         raise
     finally:
         report(None)
