@@ -1,8 +1,8 @@
 """Servers killed during a scene run (real tritonserver processes, SIGKILL after the first tiles).
 
 A pool that loses a server writes the same polygons as one healthy server; a run that loses its
-only server stops with an error naming the server and how many tiles were done, and writes
-nothing. (A server restarted on another model mid-scene: tests/client/test_model_change.py.)
+only server stops with an error naming the server and how many tiles were done, writes nothing
+but the finished tiles' journal, and a run resumed on a healthy server completes it. (A server restarted on another model mid-scene: tests/client/test_model_change.py.)
 """
 
 from __future__ import annotations
@@ -87,15 +87,15 @@ def test_a_pool_that_loses_a_server_mid_scene_writes_the_same_polygons(
         np.testing.assert_array_equal(got[column].to_numpy(), reference[column].to_numpy())
 
 
-def test_the_only_server_killed_mid_scene_names_it_and_what_was_done_and_writes_nothing(
-    victim, crop_tif, tmp_path
+def test_the_only_server_killed_mid_scene_names_it_writes_nothing_and_resume_completes_it(
+    victim, healthy, reference, crop_tif, tmp_path
 ):
     kill = Killer(victim)
     out = tmp_path / "results"
     out.mkdir()
     client = Sam3Client(victim.grpc_address, retries=1)
     with pytest.raises(ConnectionFailed) as error:
-        segment_to_file(client, crop_tif, out / "scene.gpkg", QUERY, progress=kill)
+        segment_to_file(client, crop_tif, out / "scene.geojson", QUERY, progress=kill)
     client.close()
     message = str(error.value)
     assert kill.at == KILL_AFTER < kill.total
@@ -105,4 +105,16 @@ def test_the_only_server_killed_mid_scene_names_it_and_what_was_done_and_writes_
         "nothing was written"
     )
     assert error.value.tiles_done == (KILL_AFTER, kill.total)
-    assert list(out.iterdir()) == []  # no output, no temporary file
+    # no output, no temporary file: the finished tiles' journal alone
+    (book,) = out.iterdir()
+    assert book.name == "scene.geojson.napari-sam3-partial" and book.is_dir()
+    # resumed on another server of the same model: the uninterrupted run's polygons
+    with Sam3Client(healthy.grpc_address) as other:
+        outcome = segment_to_file(other, crop_tif, out / "scene.geojson", QUERY, resume=True)
+    assert outcome.frame.attrs["resumed_tiles"] == KILL_AFTER
+    assert [p.name for p in out.iterdir()] == ["scene.geojson"]  # the journal is gone
+    got = gpd.read_file(out / "scene.geojson")
+    assert len(got) == len(reference)
+    assert got.geom_equals_exact(reference.geometry, tolerance=0).all()
+    for column in ("score", "keyword", "prompt_kind"):
+        np.testing.assert_array_equal(got[column].to_numpy(), reference[column].to_numpy())
