@@ -694,9 +694,37 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
+def _segment_tiles_on_cluster(args: argparse.Namespace) -> int:
+    """--workers / --dask with --out FILE: one raster, its tiles spread over the workers
+    (:mod:`napari_sam3.scene.cluster`), merged and written here as the serial run writes it."""
+    from napari_sam3.scene.batch import worker_budget
+    from napari_sam3.scene.cluster import SceneCluster, dask_client
+
+    try:
+        if len(_scene_inputs(args.rasters)) != 1:
+            raise UsageError(
+                "--workers/--dask with --out FILE spread one raster's tiles over the workers: "
+                "give one raster, or --out a folder (one task per raster)"
+            )
+        if args.workers is not None and not 1 <= args.workers <= 256:
+            raise UsageError(f"--workers must be a number of processes 1..256, got {args.workers}")
+        spec = _connection_spec(args)
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return RefusedError.exit_code
+    if args.workers is not None and args.memory_budget is None:  # the machine's, shared
+        args.memory_budget = str(worker_budget(args.workers))
+    with dask_client(args.workers, args.dask) as dask:
+        args.cluster = SceneCluster(dask, spec)
+        return cmd_segment(args)
+
+
 def cmd_segment(args: argparse.Namespace) -> int:
     folder = not Path(args.out).suffix
-    if args.workers is not None or args.dask or (args.resume and folder):
+    cluster = getattr(args, "cluster", None)
+    if (args.workers is not None or args.dask) and not folder and cluster is None:
+        return _segment_tiles_on_cluster(args)
+    if cluster is None and (args.workers is not None or args.dask or (args.resume and folder)):
         try:
             return _segment_batch(args, _scene_inputs(args.rasters))
         except UsageError as error:
@@ -751,6 +779,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
                         cog=args.format == "cog",
                         progress=progress,
                         resume=args.resume,
+                        cluster=cluster,
                     )
                     df, where, said = outcome.frame, outcome.output, outcome.warnings
                     args.written.append(where)
