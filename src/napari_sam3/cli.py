@@ -411,7 +411,9 @@ def _plan_outputs(
     else:
         if target.exists() and not target.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder or a .gpkg/.geojson/.tif")
-        targets = [target / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs]
+        from napari_sam3.scene.batch import scene_stem
+
+        targets = [target / f"{scene_stem(p)}{FORMAT_SUFFIXES[fmt]}" for p in inputs]
         clash = sorted({t.name for t in targets if targets.count(t) > 1})
         if clash:
             raise UsageError(
@@ -620,12 +622,6 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
     a serial run, so every worker applies the very same concepts), the post-processing.
 
     The model is reached once here (exit 2 if it cannot be); workers make their own clients."""
-    if any(isinstance(p, _RemoteInput) or _is_stac_input(p) for p in inputs):
-        raise UsageError(
-            "--workers, --dask and --resume into a folder take local raster files; URLs and "
-            "STAC items run one after another (leave those options out, or --resume one of "
-            "them into an output file)"
-        )
     if Path(args.out).suffix:
         raise UsageError("--workers and --dask write one output per raster: give --out a folder")
     from napari_sam3.scene.batch import JOURNAL, LOCK, plan_targets
@@ -633,7 +629,7 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
     out = Path(args.out)
     try:
         targets = list(plan_targets(inputs, out, args.format).values())
-    except ValueError as error:
+    except (ValueError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
     _refuse_inputs([*targets, out / JOURNAL, out / LOCK], _protected(args, inputs))
     settings = _scene_settings(args)

@@ -189,7 +189,9 @@ def run_tiles_on_cluster(
     stamp = f"{time.time_ns()}"
     shared = dask.scatter(job, broadcast=True, hash=False)  # once per worker, not per tile
     futures = {
-        dask.submit(segment_tile, shared, tile, key=f"sam3-tile-{tile.index}-{stamp}", pure=False): tile
+        dask.submit(
+            segment_tile, shared, tile, key=f"sam3-tile-{tile.index}-{stamp}", pure=False
+        ): tile
         for tile in tiles
         if tile.index not in found
     }

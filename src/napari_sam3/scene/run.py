@@ -536,9 +536,7 @@ def _run_on_cluster(
     name = _source_name(info.path)
     report = _progress(progress, len(tiles), name)
     try:
-        found = run_tiles_on_cluster(
-            cluster, job, tiles, dict(done), name, report, timings, record
-        )
+        found = run_tiles_on_cluster(cluster, job, tiles, dict(done), name, report, timings, record)
     finally:
         report(None)
     return found, view
