@@ -1173,7 +1173,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runtime_options(segment)
     scale = segment.add_mutually_exclusive_group()
     scale.add_argument(
-        "--workers", type=int, help="segment the rasters on a local dask cluster of N processes"
+        "--workers",
+        type=int,
+        help="segment on a local dask cluster of N processes: one task per raster into an --out "
+        "folder, or one raster's tiles as tasks into an --out file",
     )
     scale.add_argument(
         "--dask", metavar="ADDRESS", help="segment on a running dask scheduler (tcp://host:8786)"
