@@ -26,7 +26,7 @@ from napari_sam3.scene.cluster import SceneCluster
 from napari_sam3.scene.driver import segment_to_file
 from napari_sam3.scene.settings import SceneSettings
 
-from ..imagery.conftest import write_cog
+from ..imagery.conftest import s2_cogs, write_cog  # noqa: F401 (s2_cogs: a fixture)
 from ..imagery.http_server import RangeServer
 from .conftest import write_geotiff
 
@@ -169,3 +169,30 @@ def test_two_scenes_that_would_write_one_output_are_refused(scenes, tiny_reposit
         b = server.add("b/scene.tif", scenes["mid"])
         with pytest.raises(ValueError, match=r"would both write scene\.gpkg"):
             segment_scenes(spec, [a, b], tmp_path / "out", prompt="building", workers=2)
+
+
+def test_a_stac_item_is_named_by_its_id_and_resumed_by_its_cogs_validators(
+    s2_cogs, tiny_repository, tmp_path
+):
+    """A pystac Item (as a search gives them) whose band assets are COGs on a server: its
+    output is ``<id>.gpkg``; the journal knows it by each COG's ETag, so a COG that changes on
+    the server makes ``resume`` run the scene again."""
+    from ..imagery.conftest import BANDS, COMMON, stac_item
+
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
+    (tmp_path / "www").mkdir()
+    with RangeServer(tmp_path / "www") as server:
+        hrefs = {b: server.add(f"{b}.tif", s2_cogs[b]) for b in BANDS}
+        item = stac_item(s2_cogs["B04"].parent, hrefs, COMMON, item_id="S2_demo_item")
+        options = {"prompt": "building", "score_thr": 0.0, "aoi": (12.60, 52.48, 12.62, 52.49)}
+        out = tmp_path / "out"
+        first = segment_scenes(spec, [item], out, retries=0, **options)
+        assert first.ok, first.failed
+        assert [p.name for p in out.glob("*.gpkg")] == ["S2_demo_item.gpkg"]
+        entry = json.loads((out / JOURNAL).read_text())["scenes"]["stac-item:S2_demo_item"]
+        assert [b["url"] for b in entry["input"]["bands"]] == list(hrefs.values())
+        assert all(b["etag"] for b in entry["input"]["bands"])
+        assert len(segment_scenes(spec, [item], out, resume=True, **options).skipped) == 1
+        os.utime(tmp_path / "www" / "B03.tif", ns=(10**18, 10**18))  # the server's file changed
+        again = segment_scenes(spec, [item], out, resume=True, overwrite=True, **options)
+        assert len(again.done) == 1 and not again.skipped

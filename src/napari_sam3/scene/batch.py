@@ -141,8 +141,32 @@ def scene_stem(source: Any) -> str:
 
 
 def scene_key(source: Any) -> str:
-    """A scene's entry in the folder journal: a URL as given, a file by its name."""
+    """A scene's entry in the folder journal: a URL as given, a file by its name, a STAC item
+    given as an object by its id."""
+    if not isinstance(source, str | os.PathLike):
+        return f"stac-item:{source.id}"
     return os.fspath(source) if is_remote(source) else Path(source).name
+
+
+def scene_fingerprint(source: Any, assets: Sequence[str] | None = None) -> dict[str, Any]:
+    """What says a scene is the one the journal saw: its file or URL
+    (:func:`~napari_sam3.scene.journal.source_fingerprint`: size and mtime, or the server's
+    ETag / Last-Modified), and for a STAC item each band file or COG it reads as well."""
+    from napari_sam3.imagery.stac import is_stac, scene_source
+
+    if not is_stac(source):
+        return source_fingerprint(source)
+    own = source_fingerprint(source) if isinstance(source, str | os.PathLike) else {}
+    hrefs = scene_source(source, assets)
+    hrefs = [hrefs] if isinstance(hrefs, str | os.PathLike) else list(hrefs)
+    return {**own, "bands": [source_fingerprint(h) for h in hrefs]}
+
+
+def _as_scene(source: Any) -> Any:
+    """A scene as the batch keeps it: a local file resolved; a URL or a pystac Item as given."""
+    if is_remote(source) or not isinstance(source, str | os.PathLike):
+        return source
+    return Path(source).resolve()
 
 
 def plan_targets(paths: Sequence[Any], out: Path, fmt: str) -> dict[Any, Path]:
@@ -255,12 +279,12 @@ def _write_journal(out_dir: Path, journal: dict[str, Any]) -> None:
     atomic_write_bytes(out_dir / JOURNAL, data, overwrite=True)
 
 
-def _finished(entry: dict | None, path: Any, target: Path, key: str) -> bool:
+def _finished(entry: dict | None, path: Any, target: Path, key: str, assets: Any) -> bool:
     if not entry or entry.get("status") != "done" or entry.get("options") != key:
         return False
     if not target.exists() or entry.get("output") != target.name:
         return False
-    return entry.get("input") == source_fingerprint(path)
+    return entry.get("input") == scene_fingerprint(path, assets)
 
 
 # ----------------------------------------------------------------------------- the batch
@@ -292,7 +316,7 @@ def segment_scenes(
             its client from it, once).
         paths: raster files, ``http(s)://`` URLs (COGs, read by each worker with range
             requests and the same GDAL options; credentials from the worker's environment, never
-            in the tasks) or STAC items (one scene each). A URL's output is named by its
+            in the tasks) or STAC items (paths, URLs or pystac Items; one scene each). A URL's output is named by its
             file's stem, a STAC item's by its id; two scenes that would share one are refused.
         out_dir: the output folder (made if missing); it holds the journal and the lock.
         query: a :class:`~napari_sam3.prompts.query.Query` (or one keyword); its vector
@@ -340,8 +364,8 @@ def segment_scenes(
         )
     if workers is not None and (isinstance(workers, bool) or not 1 <= int(workers) <= 256):
         raise InvalidInput(f"workers must be a number of processes 1..256, got {workers!r}")
-    inputs = [p if is_remote(p) else Path(p).resolve() for p in paths]
-    missing = [str(p) for p in inputs if not is_remote(p) and not p.is_file()]
+    inputs = [_as_scene(p) for p in paths]
+    missing = [str(p) for p in inputs if isinstance(p, Path) and not p.is_file()]
     if missing:
         raise MissingFile(f"no such raster: {', '.join(missing[:3])}")
     query, settings = query_and_settings(query, settings, options)
@@ -349,7 +373,7 @@ def segment_scenes(
         query = query.replace(postprocess=None)
     out = Path(out_dir)
     targets = plan_targets(inputs, out, fmt)
-    local = [p for p in inputs if not is_remote(p)]
+    local = [p for p in inputs if isinstance(p, Path)]
     refuse_inputs(
         [*targets.values(), out / JOURNAL, out / LOCK], {"raster": local, **query.files()}
     )
@@ -371,8 +395,8 @@ def segment_scenes(
         todo = []
         for path in inputs:
             entry = scenes.get(scene_key(path))
-            if resume and _finished(entry, path, targets[path], key):
-                result.skipped[str(path)] = entry
+            if resume and _finished(entry, path, targets[path], key, settings.assets):
+                result.skipped[_label(path)] = entry
                 note(path, "skipped", entry)
             else:
                 todo.append(path)
@@ -393,7 +417,7 @@ def segment_scenes(
             """Record one scene: the journal first, then the report (a Ctrl-C between them
             leaves a journal that matches the folder; finishing again is harmless)."""
             entry = {
-                "input": source_fingerprint(path),
+                "input": scene_fingerprint(path, settings.assets),
                 "options": key,
                 "output": targets[path].name,
             }
@@ -404,10 +428,10 @@ def segment_scenes(
             scenes[scene_key(path)] = entry
             _write_journal(out, journal)
             if error is None:
-                result.done[str(path)] = entry
+                result.done[_label(path)] = entry
                 note(path, "done", entry)
             else:
-                result.failed[str(path)] = error
+                result.failed[_label(path)] = error
                 note(path, "failed", error)
 
         if workers is not None and settings.memory_budget is None:
@@ -436,11 +460,21 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _label(path: Any) -> str:
+    """A scene as BatchResult names it: its path or URL, or a STAC item's key."""
+    return str(path) if isinstance(path, str | os.PathLike) else scene_key(path)
+
+
+def _sent(path: Any) -> Any:
+    """A scene as a task carries it: a path or URL as a plain str, a pystac Item as it is."""
+    return os.fspath(path) if isinstance(path, str | os.PathLike) else path
+
+
 def _serial(spec, path, target, args, retries) -> tuple[dict | None, str | None]:
     error = None
     for _ in range(retries + 1):
         try:
-            return segment_one(spec, str(path), str(target), *args), None
+            return segment_one(spec, _sent(path), str(target), *args), None
         except Exception as exc:  # reported per scene; the batch goes on
             error = _describe(exc)
     return None, error
@@ -490,7 +524,7 @@ def _on_dask(spec, todo, targets, args, retries, workers, scheduler, timeout, fi
                 future = client.submit(
                     _task,
                     spec,
-                    str(path),
+                    _sent(path),
                     targets[path],
                     args,
                     retries,

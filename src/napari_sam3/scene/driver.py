@@ -165,8 +165,10 @@ def segment_to_file(
             )  # fmt: skip
             t1 = time.perf_counter()
             try:
+                # a pystac Item is written from the band files the run read (df.attrs)
+                raster = source if isinstance(source, str | os.PathLike | list | tuple) else None
                 written = write_scene(
-                    df, target, source, overwrite, simplify, cog, postprocess=query.postprocess
+                    df, target, raster, overwrite, simplify, cog, postprocess=query.postprocess
                 )
             except FileSystemError as error:
                 if book is None:
