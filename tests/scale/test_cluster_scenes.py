@@ -172,7 +172,9 @@ def test_two_scenes_that_would_write_one_output_are_refused(scenes, tiny_reposit
 
 
 def test_a_stac_item_is_named_by_its_id_and_resumed_by_its_cogs_validators(
-    s2_cogs, tiny_repository, tmp_path
+    s2_cogs,  # noqa: F811 - the fixture imported above
+    tiny_repository,
+    tmp_path,
 ):
     """A pystac Item (as a search gives them) whose band assets are COGs on a server: its
     output is ``<id>.gpkg``; the journal knows it by each COG's ETag, so a COG that changes on
