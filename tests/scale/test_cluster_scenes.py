@@ -79,6 +79,37 @@ def test_one_scene_across_two_workers_is_the_serial_run(
     assert len(tiles) > 1  # the objects came from several tiles, so from several tasks
 
 
+class _Cancel(BaseException):
+    pass
+
+
+def test_a_cancelled_scene_on_the_cluster_writes_nothing_and_leaves_no_task(
+    scenes, tiny_repository, dask_cluster, tmp_path
+):
+    from distributed import Client
+
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
+    client = spec.connect()
+    seen = []
+
+    def cancel(done, total):
+        seen.append((done, total))
+        if done == 2:
+            raise _Cancel
+
+    query, settings = Query.of(prompt="building", score_thr=0.0), SceneSettings(tile_size=112)
+    with Client(dask_cluster) as dask:
+        with pytest.raises(_Cancel):
+            segment_to_file(client, scenes["north"], tmp_path / "x.gpkg", query, settings,
+                            progress=cancel, cluster=SceneCluster(dask, spec))  # fmt: skip
+        assert not (tmp_path / "x.gpkg").exists()
+        assert seen[-1][0] == 2 < seen[-1][1]
+        dask.run_on_scheduler(lambda dask_scheduler: None)  # the cancels have reached it
+        left = [k for k in dask.who_has() if str(k).startswith("sam3-tile-")]
+        assert not left
+    client.close()
+
+
 def test_a_remote_scene_across_the_cluster_and_a_failed_tile(
     scenes, tiny_repository, local_client, dask_cluster, tmp_path
 ):
