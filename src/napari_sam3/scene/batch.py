@@ -129,14 +129,14 @@ def segment_one(
 def scene_stem(source: Any) -> str:
     """The name a scene's output takes (before its suffix): a STAC item's id, else the stem of
     the file or of the URL's path (its query string left out)."""
-    from napari_sam3.imagery.stac import is_stac, read_stac
+    from napari_sam3.imagery.stac import LoadedItem, is_stac, read_stac
 
     if is_stac(source):
         import pystac
 
         stac = read_stac(source)
         if isinstance(stac, pystac.Item):
-            return stac.id
+            return LoadedItem.of(stac).stem
     return Path(file_name(source)).stem
 
 
@@ -152,11 +152,14 @@ def scene_fingerprint(source: Any, assets: Sequence[str] | None = None) -> dict[
     """What says a scene is the one the journal saw: its file or URL
     (:func:`~napari_sam3.scene.journal.source_fingerprint`: size and mtime, or the server's
     ETag / Last-Modified), and for a STAC item each band file or COG it reads as well."""
-    from napari_sam3.imagery.stac import is_stac, scene_source
+    from napari_sam3.imagery.stac import LoadedItem, is_stac, read_stac, scene_source
 
     if not is_stac(source):
         return source_fingerprint(source)
-    own = source_fingerprint(source) if isinstance(source, str | os.PathLike) else {}
+    if isinstance(source, str | os.PathLike) and not isinstance(source, LoadedItem):
+        own = source_fingerprint(source)  # the item's file or URL
+    else:  # an item held already (a search's): its content is its own
+        own = {"item": read_stac(source).id}
     hrefs = scene_source(source, assets)
     hrefs = [hrefs] if isinstance(hrefs, str | os.PathLike) else list(hrefs)
     return {**own, "bands": [source_fingerprint(h) for h in hrefs]}
@@ -466,7 +469,8 @@ def _label(path: Any) -> str:
 
 
 def _sent(path: Any) -> Any:
-    """A scene as a task carries it: a path or URL as a plain str, a pystac Item as it is."""
+    """A scene as a task carries it: a path or URL as a str (an item a search found keeps the
+    item it holds, so the worker does not ask the API again), a pystac Item as it is."""
     return os.fspath(path) if isinstance(path, str | os.PathLike) else path
 
 
