@@ -471,7 +471,9 @@ def _plan_outputs(
     else:
         if target.exists() and not target.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder or a .gpkg/.geojson/.tif")
-        targets = [target / f"{p.stem}{FORMAT_SUFFIXES[fmt]}" for p in inputs]
+        from napari_sam3.scene.batch import scene_stem
+
+        targets = [target / f"{scene_stem(p)}{FORMAT_SUFFIXES[fmt]}" for p in inputs]
         clash = sorted({t.name for t in targets if targets.count(t) > 1})
         if clash:
             raise UsageError(
@@ -680,12 +682,6 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
     a serial run, so every worker applies the very same concepts), the post-processing.
 
     The model is reached once here (exit 2 if it cannot be); workers make their own clients."""
-    if any(isinstance(p, _RemoteInput) or _is_stac_input(p) for p in inputs):
-        raise UsageError(
-            "--workers, --dask and --resume into a folder take local raster files; URLs and "
-            "STAC items run one after another (leave those options out, or --resume one of "
-            "them into an output file)"
-        )
     if Path(args.out).suffix:
         raise UsageError("--workers and --dask write one output per raster: give --out a folder")
     from napari_sam3.scene.batch import JOURNAL, LOCK, plan_targets
@@ -693,7 +689,7 @@ def _batch_plan(args: argparse.Namespace, inputs: list[Path]) -> tuple[Any, dict
     out = Path(args.out)
     try:
         targets = list(plan_targets(inputs, out, args.format).values())
-    except ValueError as error:
+    except (ValueError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
     _refuse_inputs([*targets, out / JOURNAL, out / LOCK], _protected(args, inputs))
     settings = _scene_settings(args)
@@ -754,6 +750,30 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
+def _segment_tiles_on_cluster(args: argparse.Namespace, inputs: list[Any]) -> int:
+    """--workers / --dask with --out FILE: one raster, its tiles spread over the workers
+    (:mod:`napari_sam3.scene.cluster`), merged and written here as the serial run writes it."""
+    from napari_sam3.scene.batch import worker_budget
+    from napari_sam3.scene.cluster import SceneCluster, dask_client
+
+    try:
+        if len(inputs) != 1:
+            raise UsageError(
+                "--workers/--dask with --out FILE spread one raster's tiles over the workers: "
+                "give one raster, or --out a folder (one task per raster)"
+            )
+        if args.workers is not None and not 1 <= args.workers <= 256:
+            raise UsageError(f"--workers must be a number of processes 1..256, got {args.workers}")
+        spec = _connection_spec(args)
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return RefusedError.exit_code
+    if args.workers is not None and args.memory_budget is None:  # the machine's, shared
+        args.memory_budget = str(worker_budget(args.workers))
+    with dask_client(args.workers, args.dask) as dask:
+        return _segment_serial(args, inputs, SceneCluster(dask, spec))
+
+
 def cmd_segment(args: argparse.Namespace) -> int:
     folder = not Path(args.out).suffix
     try:
@@ -764,12 +784,19 @@ def cmd_segment(args: argparse.Namespace) -> int:
     if not inputs:  # an empty search is an answer, not a failure (as an empty ogr2ogr -where)
         print("napari-sam3: the search found no items: nothing to segment, nothing written")
         return EXIT_OK
+    if (args.workers is not None or args.dask) and not folder:
+        return _segment_tiles_on_cluster(args, inputs)
     if args.workers is not None or args.dask or (args.resume and folder):
         try:
             return _segment_batch(args, inputs)
         except UsageError as error:
             print(f"napari-sam3: {error}", file=sys.stderr)
             return RefusedError.exit_code
+    return _segment_serial(args, inputs)
+
+
+def _segment_serial(args: argparse.Namespace, inputs: list[Any], cluster: Any = None) -> int:
+    """The scenes one after another in this process (``cluster``: each one's tiles as its tasks)."""
     try:
         targets, merged = _plan_outputs(
             inputs, args.out, args.format, args.overwrite, _protected(args, inputs)
@@ -818,6 +845,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
                         cog=args.format == "cog",
                         progress=progress,
                         resume=args.resume,
+                        cluster=cluster,
                     )
                     df, where, said = outcome.frame, outcome.output, outcome.warnings
                     args.written.append(where)
@@ -1237,7 +1265,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runtime_options(segment)
     scale = segment.add_mutually_exclusive_group()
     scale.add_argument(
-        "--workers", type=int, help="segment the rasters on a local dask cluster of N processes"
+        "--workers",
+        type=int,
+        help="segment on a local dask cluster of N processes: one task per raster into an --out "
+        "folder, or one raster's tiles as tasks into an --out file",
     )
     scale.add_argument(
         "--dask", metavar="ADDRESS", help="segment on a running dask scheduler (tcp://host:8786)"

@@ -22,6 +22,7 @@ import threading
 import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -250,6 +251,9 @@ def _serve(root: Path) -> None:
             self.send_response(status)
             self.send_header("Content-Type", _CONTENT_TYPES.get(file.suffix, "text/html"))
             self.send_header("Accept-Ranges", "bytes")
+            stat = file.stat()  # validators as static servers give them: size and time
+            self.send_header("ETag", f'"{stat.st_size:x}-{stat.st_mtime_ns:x}"')
+            self.send_header("Last-Modified", formatdate(stat.st_mtime, usegmt=True))
             self.send_header("Content-Length", str(len(chunk)))
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")

@@ -159,6 +159,26 @@ def test_segment_stac_writes_one_gpkg_per_item_identical_to_each_item_run_alone(
         assert searched.geometry.geom_equals_exact(single.geometry, 0).all()
 
 
+def test_segment_stac_on_two_dask_workers_writes_the_serial_outputs(
+    stac_api, tiny_repository, tmp_path, capsys
+):
+    """The issue's "done when": the items a search finds, as tasks of 2 worker processes that
+    read the COGs themselves, give the serial run's layers (WKB and attributes)."""
+    argv = ["segment", "--stac", stac_api.url, "--collections", "demo", "--bbox", AOI,
+            "--datetime", "2024-06-01/2024-07-31", "--models", str(tiny_repository), *RUN]  # fmt: skip
+    assert main([*argv, "--out", str(tmp_path / "serial")]) == 0
+    code = main([*argv, "--out", str(tmp_path / "workers"), "--workers", "2"])
+    assert code == 0, capsys.readouterr().err
+    names = sorted(p.name for p in (tmp_path / "serial").glob("*.gpkg"))
+    assert names == ["s2_2024_06_11.gpkg", "s2_2024_07_16.gpkg"]
+    assert sorted(p.name for p in (tmp_path / "workers").glob("*.gpkg")) == names
+    for name in names:
+        got = pyogrio.read_dataframe(tmp_path / "workers" / name, layer="detections")
+        want = pyogrio.read_dataframe(tmp_path / "serial" / name, layer="detections")
+        assert len(got) > 0 and list(got.geometry.to_wkb()) == list(want.geometry.to_wkb())
+        assert got.drop(columns="geometry").equals(want.drop(columns="geometry"))
+
+
 def test_an_empty_search_writes_nothing_and_exits_0(stac_api, tiny_repository, tmp_path, capsys):
     out = tmp_path / "runs"
     code = main(["segment", "--stac", stac_api.url, "--collections", "demo", "--datetime",

@@ -62,6 +62,7 @@ __all__ = [
     "RemoteUnavailable",
     "deadline",
     "fetch_bytes",
+    "fetch_validators",
     "forget",
     "file_name",
     "is_remote",
@@ -376,7 +377,26 @@ def _netrc_userpwd(host: str) -> str | None:
 
 
 def fetch_bytes(url: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
-    """GET ``url`` with the environment's credentials and return its body, at most ``max_bytes``.
+    """GET ``url`` with the environment's credentials and return its body, at most ``max_bytes``
+    (the rules of one request: :func:`_request`)."""
+    return _request(url, max_bytes, "GET")[0]
+
+
+def fetch_validators(url: str) -> dict[str, str]:
+    """What the server says identifies ``url``'s content now, from one HEAD request with the
+    rules of :func:`fetch_bytes`: ``etag``, ``last_modified`` and ``size`` (those it gives)."""
+    headers = _request(url, 0, "HEAD")[1]
+    found = {
+        "etag": headers.get("ETag"),
+        "last_modified": headers.get("Last-Modified"),
+        "size": headers.get("Content-Length"),
+    }
+    return {key: value for key, value in found.items() if value}
+
+
+def _request(url: str, max_bytes: int, method: str) -> tuple[bytes, Any]:
+    """One request of ``url`` with the environment's credentials: (its body, at most
+    ``max_bytes``; its headers).
 
     GDAL's rules for one request: each try within ``GDAL_HTTP_TIMEOUT`` (the whole body, so a
     trickle is given up on too), up to ``GDAL_HTTP_MAX_RETRY`` more tries after 429/5xx, a
@@ -386,7 +406,7 @@ def fetch_bytes(url: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
     options = network_options()
     timeout, retries, delay = _retry_settings(options)
     end = time.monotonic() + deadline(options)
-    request = urllib.request.Request(url, headers=request_headers(url))
+    request = urllib.request.Request(url, headers=request_headers(url), method=method)
     for attempt in range(retries + 1):
         wait = delay * 2**attempt
         try:
@@ -433,11 +453,13 @@ class _CutShort(Exception):  # noqa: N818 - internal: a body that ended early, r
 
 def _fetch_once(
     request: urllib.request.Request, url: str, timeout: float, max_bytes: int, limit: float
-) -> bytes:
+) -> tuple[bytes, Any]:
     """One GET, its whole body within ``timeout`` seconds (``limit``: GDAL_HTTP_TIMEOUT)."""
     stop = time.monotonic() + max(timeout, 0.1)
     with urllib.request.urlopen(request, timeout=max(timeout, 0.1)) as answer:  # noqa: S310
         length = answer.headers.get("Content-Length")
+        if request.get_method() == "HEAD":  # no body: its length is the file's
+            return b"", answer.headers
         body = bytearray()
         while len(body) <= max_bytes:
             chunk = answer.read1(65536)  # one receive: a trickle cannot hold us past `stop`
@@ -456,7 +478,7 @@ def _fetch_once(
         )
     if length is not None and length.isdigit() and int(length) != len(body):
         raise _CutShort(f"the answer was cut short ({len(body)} of {length} bytes)")
-    return bytes(body)
+    return bytes(body), answer.headers
 
 
 def _retry_after(headers: Any) -> float | None:

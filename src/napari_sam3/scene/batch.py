@@ -24,10 +24,8 @@ import contextlib
 import functools
 import hashlib
 import json
-import logging
 import os
 import socket
-import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -38,7 +36,6 @@ from typing import Any
 from napari_sam3.client.connection import ConnectionSpec
 from napari_sam3.core.errors import (
     BadData,
-    ConnectionFailed,
     InvalidInput,
     InvalidType,
     MissingFile,
@@ -46,9 +43,11 @@ from napari_sam3.core.errors import (
     RefusedError,
     Sam3Error,
 )
-from napari_sam3.core.files import atomic_write_bytes, file_fingerprint, remove_temporaries
+from napari_sam3.core.files import atomic_write_bytes, remove_temporaries
+from napari_sam3.imagery.remote import file_name, is_remote
 from napari_sam3.prompts.query import Query
-from napari_sam3.scene.journal import journal_path, unfinished
+from napari_sam3.scene.cluster import dask_client, worker_client
+from napari_sam3.scene.journal import journal_path, source_fingerprint, unfinished
 from napari_sam3.scene.output import refuse_inputs
 from napari_sam3.scene.run import query_and_settings
 from napari_sam3.scene.settings import SceneSettings
@@ -63,18 +62,6 @@ STOP_SECONDS = 120.0  # on Ctrl-C, the longest wait for running scenes to reach 
 
 class FolderLocked(Sam3Error, RuntimeError):
     """Another run is writing the output folder."""
-
-
-_clients: dict[ConnectionSpec, Any] = {}
-_clients_lock = threading.Lock()
-
-
-def _client(spec: ConnectionSpec) -> Any:
-    """This process's client for `spec`, made on first use (one per worker process)."""
-    with _clients_lock:
-        if spec not in _clients:
-            _clients[spec] = spec.connect()
-        return _clients[spec]
 
 
 @dataclass
@@ -122,7 +109,7 @@ def segment_one(
     from napari_sam3.scene.driver import segment_to_file
 
     outcome = segment_to_file(
-        _client(spec),
+        worker_client(spec),
         path,
         target,
         query,
@@ -139,13 +126,66 @@ def segment_one(
 # ----------------------------------------------------------------------------- folder state
 
 
-def plan_targets(paths: Sequence[Path], out: Path, fmt: str) -> dict[Path, Path]:
-    """``out/<stem>.<fmt>`` for every scene; refuses two scenes that would write one file."""
+def scene_stem(source: Any) -> str:
+    """The name a scene's output takes (before its suffix): a STAC item's id, else the stem of
+    the file or of the URL's path (its query string left out)."""
+    from napari_sam3.imagery.stac import LoadedItem, is_stac, read_stac
+
+    if is_stac(source):
+        import pystac
+
+        stac = read_stac(source)
+        if isinstance(stac, pystac.Item):
+            return LoadedItem.of(stac).stem
+    return Path(file_name(source)).stem
+
+
+def scene_key(source: Any) -> str:
+    """A scene's entry in the folder journal: a URL as given, a file by its name, a STAC item
+    given as an object by its id."""
+    if not isinstance(source, str | os.PathLike):
+        return f"stac-item:{source.id}"
+    return os.fspath(source) if is_remote(source) else Path(source).name
+
+
+def scene_fingerprint(source: Any, assets: Sequence[str] | None = None) -> dict[str, Any]:
+    """What says a scene is the one the journal saw: its file or URL
+    (:func:`~napari_sam3.scene.journal.source_fingerprint`: size and mtime, or the server's
+    ETag / Last-Modified), and for a STAC item each band file or COG it reads as well."""
+    from napari_sam3.imagery.stac import LoadedItem, is_stac, read_stac, scene_source
+
+    if not is_stac(source):
+        return source_fingerprint(source)
+    if isinstance(source, str | os.PathLike) and not isinstance(source, LoadedItem):
+        own = source_fingerprint(source)  # the item's file or URL
+    else:  # an item held already (a search's): its content is its own
+        own = {"item": read_stac(source).id}
+    hrefs = scene_source(source, assets)
+    hrefs = [hrefs] if isinstance(hrefs, str | os.PathLike) else list(hrefs)
+    return {**own, "bands": [source_fingerprint(h) for h in hrefs]}
+
+
+def _as_scene(source: Any) -> Any:
+    """A scene as the batch keeps it: a local file resolved; a URL or a pystac Item as given."""
+    if is_remote(source) or not isinstance(source, str | os.PathLike):
+        return source
+    return Path(source).resolve()
+
+
+def plan_targets(paths: Sequence[Any], out: Path, fmt: str) -> dict[Any, Path]:
+    """``out/<stem>.<fmt>`` for every scene (:func:`scene_stem`); refuses two scenes that
+    would write one file, naming them."""
     from napari_sam3.core.formats import FORMAT_SUFFIXES
 
-    targets = {Path(p): out / f"{Path(p).stem}{FORMAT_SUFFIXES[fmt]}" for p in paths}
-    if len(set(targets.values())) < len(targets):
-        raise InvalidInput("two rasters share a file name stem; their outputs would collide")
+    targets = {p: out / f"{scene_stem(p)}{FORMAT_SUFFIXES[fmt]}" for p in paths}
+    seen: dict[Path, Any] = {}
+    for source, target in targets.items():
+        if target in seen:
+            raise InvalidInput(
+                f"{seen[target]} and {source} would both write {target.name}; run them into "
+                "separate folders, or rename one"
+            )
+        seen[target] = source
     return targets
 
 
@@ -242,12 +282,12 @@ def _write_journal(out_dir: Path, journal: dict[str, Any]) -> None:
     atomic_write_bytes(out_dir / JOURNAL, data, overwrite=True)
 
 
-def _finished(entry: dict | None, path: Path, target: Path, key: str) -> bool:
+def _finished(entry: dict | None, path: Any, target: Path, key: str, assets: Any) -> bool:
     if not entry or entry.get("status") != "done" or entry.get("options") != key:
         return False
     if not target.exists() or entry.get("output") != target.name:
         return False
-    return entry.get("input") == file_fingerprint(path)
+    return entry.get("input") == scene_fingerprint(path, assets)
 
 
 # ----------------------------------------------------------------------------- the batch
@@ -277,7 +317,10 @@ def segment_scenes(
     Args:
         spec: a :class:`~napari_sam3.client.connection.ConnectionSpec` (each worker process makes
             its client from it, once).
-        paths: raster files (one scene each).
+        paths: raster files, ``http(s)://`` URLs (COGs, read by each worker with range
+            requests and the same GDAL options; credentials from the worker's environment, never
+            in the tasks) or STAC items (paths, URLs or pystac Items; one scene each). A URL's output is named by its
+            file's stem, a STAC item's by its id; two scenes that would share one are refused.
         out_dir: the output folder (made if missing); it holds the journal and the lock.
         query: a :class:`~napari_sam3.prompts.query.Query` (or one keyword); its vector
             exemplars are encoded once, here, over all the scenes, so every worker applies the
@@ -324,8 +367,8 @@ def segment_scenes(
         )
     if workers is not None and (isinstance(workers, bool) or not 1 <= int(workers) <= 256):
         raise InvalidInput(f"workers must be a number of processes 1..256, got {workers!r}")
-    inputs = [Path(p).resolve() for p in paths]
-    missing = [str(p) for p in inputs if not p.is_file()]
+    inputs = [_as_scene(p) for p in paths]
+    missing = [str(p) for p in inputs if isinstance(p, Path) and not p.is_file()]
     if missing:
         raise MissingFile(f"no such raster: {', '.join(missing[:3])}")
     query, settings = query_and_settings(query, settings, options)
@@ -333,8 +376,9 @@ def segment_scenes(
         query = query.replace(postprocess=None)
     out = Path(out_dir)
     targets = plan_targets(inputs, out, fmt)
+    local = [p for p in inputs if isinstance(p, Path)]
     refuse_inputs(
-        [*targets.values(), out / JOURNAL, out / LOCK], {"raster": inputs, **query.files()}
+        [*targets.values(), out / JOURNAL, out / LOCK], {"raster": local, **query.files()}
     )
     if query.exemplars is not None:  # encoded once, here: every worker gets the same concepts
         from napari_sam3.scene.driver import with_exemplar_concepts
@@ -353,9 +397,9 @@ def segment_scenes(
         scenes = journal["scenes"]
         todo = []
         for path in inputs:
-            entry = scenes.get(path.name)
-            if resume and _finished(entry, path, targets[path], key):
-                result.skipped[str(path)] = entry
+            entry = scenes.get(scene_key(path))
+            if resume and _finished(entry, path, targets[path], key, settings.assets):
+                result.skipped[_label(path)] = entry
                 note(path, "skipped", entry)
             else:
                 todo.append(path)
@@ -375,18 +419,22 @@ def segment_scenes(
         def finish(path: Path, summary: dict | None, error: str | None) -> None:
             """Record one scene: the journal first, then the report (a Ctrl-C between them
             leaves a journal that matches the folder; finishing again is harmless)."""
-            entry = {"input": file_fingerprint(path), "options": key, "output": targets[path].name}
+            entry = {
+                "input": scene_fingerprint(path, settings.assets),
+                "options": key,
+                "output": targets[path].name,
+            }
             if error is None:
                 entry.update(status="done", **summary)
             else:
                 entry.update(status="failed", error=error)
-            scenes[path.name] = entry
+            scenes[scene_key(path)] = entry
             _write_journal(out, journal)
             if error is None:
-                result.done[str(path)] = entry
+                result.done[_label(path)] = entry
                 note(path, "done", entry)
             else:
-                result.failed[str(path)] = error
+                result.failed[_label(path)] = error
                 note(path, "failed", error)
 
         if workers is not None and settings.memory_budget is None:
@@ -415,11 +463,22 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _label(path: Any) -> str:
+    """A scene as BatchResult names it: its path or URL, or a STAC item's key."""
+    return str(path) if isinstance(path, str | os.PathLike) else scene_key(path)
+
+
+def _sent(path: Any) -> Any:
+    """A scene as a task carries it: a path or URL as a str (an item a search found keeps the
+    item it holds, so the worker does not ask the API again), a pystac Item as it is."""
+    return os.fspath(path) if isinstance(path, str | os.PathLike) else path
+
+
 def _serial(spec, path, target, args, retries) -> tuple[dict | None, str | None]:
     error = None
     for _ in range(retries + 1):
         try:
-            return segment_one(spec, str(path), str(target), *args), None
+            return segment_one(spec, _sent(path), str(target), *args), None
         except Exception as exc:  # reported per scene; the batch goes on
             error = _describe(exc)
     return None, error
@@ -453,51 +512,14 @@ def _task(spec, path, target, args, retries, stop: str) -> tuple[dict | None, st
         return None, None
 
 
-@contextlib.contextmanager
-def _ctrl_c_ignored_by_children() -> Iterator[None]:
-    """Worker processes started in the block ignore SIGINT (the ignored disposition survives
-    their exec): a Ctrl-C at the terminal, sent to the whole process group, reaches this
-    process alone, which stops the workers between tiles."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _on_dask(spec, todo, targets, args, retries, workers, scheduler, timeout, finish) -> None:
     """The scenes as dask tasks. On Ctrl-C (KeyboardInterrupt) the tasks stop at their next
     tile, writing nothing; those that finished first are recorded; then the interrupt goes on.
     A second Ctrl-C stops at once (the local workers are ended; their temporary files removed)."""
-    from distributed import Client, Event, LocalCluster, as_completed, wait
+    from distributed import Event, as_completed, wait
 
     try:
-        with contextlib.ExitStack() as stack:
-            if scheduler is not None:
-                try:
-                    client = stack.enter_context(Client(scheduler, timeout=timeout))
-                except (OSError, TimeoutError) as error:
-                    raise ConnectionFailed(
-                        f"no dask scheduler answers at {scheduler} within {timeout:g} s "
-                        f"({error}); start one (`dask scheduler`) or check the address"
-                    ) from None
-            else:
-                with _ctrl_c_ignored_by_children():
-                    cluster = stack.enter_context(
-                        LocalCluster(
-                            n_workers=int(workers),
-                            threads_per_worker=1,
-                            processes=True,
-                            dashboard_address=None,
-                            silence_logs=logging.CRITICAL,  # failures are reported per scene
-                        )
-                    )
-                client = stack.enter_context(Client(cluster))
+        with dask_client(workers, scheduler, timeout) as client:
             stop = Event(f"napari-sam3-stop-{os.getpid()}-{time.time_ns()}", client=client)
             futures = {}
             for path in todo:
@@ -506,12 +528,12 @@ def _on_dask(spec, todo, targets, args, retries, workers, scheduler, timeout, fi
                 future = client.submit(
                     _task,
                     spec,
-                    path,
+                    _sent(path),
                     targets[path],
                     args,
                     retries,
                     stop.name,
-                    key=f"segment-{path.name}-{os.getpid()}-{time.time_ns()}",
+                    key=f"segment-{targets[path].stem}-{os.getpid()}-{time.time_ns()}",
                     pure=False,
                 )
                 futures[future] = path

@@ -94,13 +94,16 @@ def segment_with_provenance(
     name: str | None = None,
     journal: PathLike | None = None,
     resume: bool = False,
+    cluster: Any = None,
 ) -> pd.DataFrame:
-    """:func:`segment_scene`, with the model's provenance columns (and ``source`` = ``name``)."""
+    """:func:`segment_scene`, with the model's provenance columns (and ``source`` = ``name``);
+    ``cluster``: its tiles as tasks of a :class:`~napari_sam3.scene.cluster.SceneCluster`."""
     from napari_sam3.gis.vector import add_provenance
 
     df = segment_scene(
-        client, source, query, settings, progress=progress, journal=journal, resume=resume
-    )
+        client, source, query, settings, progress=progress, journal=journal, resume=resume,
+        cluster=cluster,
+    )  # fmt: skip
     df = add_provenance(df, client.manifest)
     if name is not None:
         df["source"] = name
@@ -121,6 +124,7 @@ def segment_to_file(
     name: str | None = None,
     resume: bool = False,
     journal: PathLike | bool | None = None,
+    cluster: Any = None,
 ) -> SceneOutcome:
     """Segment one scene and write it to ``target`` (format by suffix, as
     :func:`~napari_sam3.scene.write_scene`; the query's post-processing on the polygons), with
@@ -133,6 +137,8 @@ def segment_to_file(
     there holds (refused, naming what differs, when it was made by another query, settings,
     model or raster); the output is the uninterrupted run's. Without ``resume``, a journal
     there is an unfinished output: refused unless ``overwrite``, which starts afresh.
+    ``cluster``: the scene's tiles run as tasks of a
+    :class:`~napari_sam3.scene.cluster.SceneCluster`; the output is the same.
     """
     target = Path(target)
     rasters = list(source) if isinstance(source, list | tuple) else [source]
@@ -154,12 +160,15 @@ def segment_to_file(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             df = segment_with_provenance(
-                client, source, query, settings, progress, name, journal=book, resume=resume
-            )
+                client, source, query, settings, progress, name, journal=book, resume=resume,
+                cluster=cluster,
+            )  # fmt: skip
             t1 = time.perf_counter()
             try:
+                # a pystac Item is written from the band files the run read (df.attrs)
+                raster = source if isinstance(source, str | os.PathLike | list | tuple) else None
                 written = write_scene(
-                    df, target, source, overwrite, simplify, cog, postprocess=query.postprocess
+                    df, target, raster, overwrite, simplify, cog, postprocess=query.postprocess
                 )
             except FileSystemError as error:
                 if book is None:

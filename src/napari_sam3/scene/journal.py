@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from napari_sam3.core.errors import BadData, InvalidInput, InvalidState
+from napari_sam3.core.errors import BadData, ConnectionFailed, InvalidInput, InvalidState, TimedOut
 from napari_sam3.core.files import atomic_write_bytes, file_fingerprint
 from napari_sam3.imagery.raster import RasterInfo
-from napari_sam3.imagery.remote import is_remote
+from napari_sam3.imagery.remote import RemoteRasterError, fetch_validators, is_remote
 from napari_sam3.masks.rle import RleMask
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection
@@ -42,6 +42,7 @@ __all__ = [
     "journal_path",
     "journaled_tiles",
     "run_identity",
+    "source_fingerprint",
     "unfinished",
 ]
 
@@ -83,11 +84,29 @@ def unfinished(book: Path, target: Path) -> str:
     )
 
 
+def source_fingerprint(item: str | os.PathLike) -> dict[str, Any]:
+    """What says a file or URL is the one seen before (the one rule of the tile journal and the
+    folder journal): a local file's real path, size and modification time
+    (:func:`~napari_sam3.core.files.file_fingerprint`); a URL as given, with the validators
+    its server gives now (ETag, Last-Modified, size: one HEAD request,
+    :func:`~napari_sam3.imagery.remote.fetch_validators`). A server that gives none leaves the
+    URL and, in a run's identity, the header as read as the only signs of change."""
+    if is_remote(item):
+        url = os.fspath(item)
+        try:
+            validators = fetch_validators(url)
+        except RemoteRasterError as error:
+            if isinstance(error, ConnectionFailed | TimedOut):
+                raise
+            validators = {}  # a URL signed for GET only refuses HEAD: the header must do
+        return {"url": url, **validators}
+    path = Path(item).resolve()
+    return {"path": str(path), **file_fingerprint(path)}
+
+
 def raster_identity(source: Any, info: RasterInfo) -> dict[str, Any]:
-    """What says the raster is the one a journal was made from: each local file's real path,
-    size and modification time (:func:`~napari_sam3.core.files.file_fingerprint`, the rule the
-    folder journal keeps too), each URL as given, and the header as read (a remote file's only
-    other sign of change)."""
+    """What says the raster is the one a journal was made from: each file's or URL's
+    :func:`source_fingerprint`, and the header as read."""
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     files = []
     for item in items:
@@ -95,11 +114,7 @@ def raster_identity(source: Any, info: RasterInfo) -> dict[str, Any]:
             raise InvalidInput(
                 f"a journaled run reads its raster from files or URLs, got {type(item).__name__}"
             )
-        if is_remote(item):
-            files.append({"url": os.fspath(item)})
-        else:
-            path = Path(item).resolve()
-            files.append({"path": str(path), **file_fingerprint(path)})
+        files.append(source_fingerprint(item))
     return {
         "files": files,
         "shape": list(info.shape),

@@ -68,6 +68,7 @@ def segment_scene(
     progress: Progress = True,
     journal: PathLike | None = None,
     resume: bool = False,
+    cluster: Any = None,
     **options: Any,
 ) -> pd.DataFrame:
     """Segment a whole raster tile by tile; one row per object, in scene pixels.
@@ -167,10 +168,17 @@ def segment_scene(
         client.cache_limits(plan.feature_cache(), heads_bytes=0, results_bytes=0),
     ):
         try:
-            found, view = _run_tiles(
-                client, source, info, run, query, settings, progress, timings, plan, grid,
-                done=resumed, record=None if book is None else book.add,
-            )  # fmt: skip
+            record = None if book is None else book.add
+            if cluster is None:
+                found, view = _run_tiles(
+                    client, source, info, run, query, settings, progress, timings, plan, grid,
+                    done=resumed, record=record,
+                )  # fmt: skip
+            else:
+                found, view = _run_on_cluster(
+                    cluster, client, source, info, run, query, settings, progress, timings,
+                    grid, resumed, record,
+                )  # fmt: skip
         except BaseException:
             if book is not None:
                 book.close(quiet=True)  # what finished is kept; the run's error goes on
@@ -489,6 +497,54 @@ def _run_tiles(
     finally:
         report(None)
 
+    return found, view
+
+
+def _run_on_cluster(
+    cluster: Any,
+    client: Any,
+    source: Source,
+    info: RasterInfo,
+    tiles: list[Tile],
+    query: Query,
+    settings: SceneSettings,
+    progress: Progress,
+    timings: dict[str, float],
+    grid: _Grid,
+    done: dict[int, list[Detection] | None],
+    record: Callable[[int, list[Detection] | None], None] | None,
+) -> tuple[dict[int, list[Detection] | None], SceneView]:
+    """As :func:`_run_tiles`, each tile a task of ``cluster``: the scene's decisions are made
+    here once (:func:`~napari_sam3.scene.view.scene_view`), the workers read and segment."""
+    from napari_sam3.scene.cluster import SceneCluster, TileJob, run_tiles_on_cluster
+
+    if not isinstance(cluster, SceneCluster):
+        raise InvalidType(
+            "cluster must be a napari_sam3.scene.cluster.SceneCluster(dask_client, spec), got "
+            + type(cluster).__name__
+        )
+    t0 = time.perf_counter()
+    bands = settings.bands
+    view = scene_view(source, info, bands, settings.nodata, grid.gsd, grid.region, settings.stats)
+    timings["scene_stats"] = time.perf_counter() - t0
+    timings["stretch"] += timings["scene_stats"]
+    job = TileJob(
+        spec=cluster.spec,
+        model_id=client.model_id,
+        source=source,
+        info=info,
+        query=query,
+        bands=bands,
+        view=view,
+        gsd=grid.gsd,
+        memory_budget=settings.memory_budget,
+    )
+    name = _source_name(info.path)
+    report = _progress(progress, len(tiles), name)
+    try:
+        found = run_tiles_on_cluster(cluster, job, tiles, dict(done), name, report, timings, record)
+    finally:
+        report(None)
     return found, view
 
 
