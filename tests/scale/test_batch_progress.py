@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import geopandas as gpd
 import pytest
 
 from napari_sam3.client.connection import ConnectionSpec
@@ -56,6 +57,29 @@ def test_progress_reports_every_tile_and_a_cancel_keeps_the_finished_scenes(
     resumed = segment_scenes(spec, two_scenes, again, resume=True, prompt="building")
     assert (len(resumed.done), len(resumed.skipped)) == (1, 1)
     assert not (again / LOCK).exists() and not partial.exists()
+
+
+def test_a_scene_tried_again_continues_the_journal_its_failed_try_left(
+    two_scenes, tiny_repository, tmp_path
+):
+    spec = ConnectionSpec(repository=str(tiny_repository), precision="fp32")
+    plain = segment_scenes(spec, two_scenes, tmp_path / "plain", prompt="building")
+    failed = []
+
+    def fail_once_in_b(path, done, total):
+        if path.name == "b.tif" and done == 2 and not failed:
+            failed.append(done)
+            raise RuntimeError("the server went away")  # an Exception: the scene is tried again
+
+    out = tmp_path / "out"
+    result = segment_scenes(spec, two_scenes, out, progress=fail_once_in_b, prompt="building")
+    assert failed == [2] and not result.failed, result.failed
+    assert len(result.done) == 2 and not journal_path(out / "b.gpkg").exists()
+    for name in ("a.gpkg", "b.gpkg"):
+        got = gpd.read_file(out / name)
+        want = gpd.read_file(tmp_path / "plain" / name)
+        assert len(got) == len(want) and got.geom_equals_exact(want.geometry, 0).all()
+    assert len(plain.done) == 2
 
 
 def test_progress_is_refused_for_a_dask_cluster(two_scenes, tiny_repository, tmp_path):

@@ -476,12 +476,21 @@ def _sent(path: Any) -> Any:
 
 def _serial(spec, path, target, args, retries) -> tuple[dict | None, str | None]:
     error = None
-    for _ in range(retries + 1):
+    for attempt in range(retries + 1):
+        # a try after the first continues the tile journal the failed one left (this run's
+        # own: without resume it would be refused as an unfinished output, hiding the error)
+        tried = args if attempt == 0 else _resuming(args)
         try:
-            return segment_one(spec, _sent(path), str(target), *args), None
+            return segment_one(spec, _sent(path), str(target), *tried), None
         except Exception as exc:  # reported per scene; the batch goes on
             error = _describe(exc)
     return None, error
+
+
+def _resuming(args: tuple) -> tuple:
+    """`segment_one`'s arguments after (spec, path, target) with ``resume`` set: (query,
+    settings, overwrite, simplify, cog, resume, progress...)."""
+    return (*args[:5], True, *args[6:])
 
 
 class Stopped(BaseException):
