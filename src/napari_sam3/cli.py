@@ -11,6 +11,7 @@ that exists without --overwrite, an output that is one of the inputs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -324,6 +325,54 @@ class _RemoteInput(str):
         return Path(self.name).stem
 
 
+class _BasemapInput(_RemoteInput):
+    """A basemap service (an XYZ template, WMS:/WMTS: or a GDAL WMS description file), named
+    after its host; :func:`_open_basemaps` turns it into the VRT of the --bbox area."""
+
+    @property
+    def name(self) -> str:
+        from napari_sam3.imagery.basemap import parse_basemap
+
+        return parse_basemap(self).name
+
+
+def _open_basemaps(
+    args: argparse.Namespace, inputs: list[Any], settings: Any, stack: contextlib.ExitStack
+) -> list[Any]:
+    """``inputs`` with each basemap replaced by the VRT of its tiles over --bbox, in a folder
+    (with its bounded tile cache) removed when ``stack`` closes. A basemap without --bbox, or
+    --zoom/--attribution without a basemap, is refused."""
+    from napari_sam3.imagery.basemap import basemap_scene
+    from napari_sam3.scene.aoi import AoiError, aoi_extent
+
+    basemaps = [p for p in inputs if isinstance(p, _BasemapInput)]
+    if not basemaps:
+        if args.zoom is not None or args.attribution is not None:
+            raise UsageError("--zoom and --attribution go with a basemap (an XYZ URL template, "
+                             "WMS:URL, WMTS:URL or a GDAL WMS .xml file)")  # fmt: skip
+        return inputs
+    if settings.aoi is None:
+        raise UsageError(
+            f"{basemaps[0]}: a basemap covers the world; give the area to segment with "
+            "--bbox minx,miny,maxx,maxy[,CRS] (or the bounds of a vector file)"
+        )
+    try:
+        area = aoi_extent(settings.aoi)
+    except AoiError as error:
+        raise UsageError(str(error)) from None
+    opened = []
+    for item in inputs:
+        if isinstance(item, _BasemapInput):
+            options = {"zoom": args.zoom, "gsd": settings.gsd, "attribution": args.attribution}
+            try:
+                item = stack.enter_context(basemap_scene(str(item), area, **options))
+            except RefusedError as error:
+                raise UsageError(str(error)) from None
+            print(f"napari-sam3: {item.name}: the tiles of {str(basemaps[0])!r} over the area")
+        opened.append(item)
+    return opened
+
+
 def _stac_inputs(item: str) -> list[Any]:
     """A STAC item (path or URL) is one scene; a static catalog or collection, each of its items."""
     import pystac
@@ -346,11 +395,19 @@ def _stac_inputs(item: str) -> list[Any]:
 def _scene_inputs(items: list[str]) -> list[Any]:
     """The rasters named on the command line; a folder stands for the rasters directly in it.
     A URL is a remote raster; a STAC item (.json) a scene, a STAC catalog its items."""
+    from napari_sam3.imagery.basemap import is_basemap, parse_basemap
     from napari_sam3.imagery.remote import is_remote
     from napari_sam3.imagery.stac import is_stac
 
     found: list[Any] = []
     for item in items:
+        if is_basemap(item):
+            try:
+                parse_basemap(item)
+            except RefusedError as error:
+                raise UsageError(str(error)) from None
+            found.append(_BasemapInput(item))
+            continue
         if is_stac(item):
             found += _stac_inputs(item)
             continue
@@ -664,6 +721,10 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     """--workers / --dask / --resume: one dask task per scene into the --out folder."""
     from napari_sam3.scene.batch import FolderLocked, segment_scenes
 
+    if any(isinstance(p, _BasemapInput) for p in inputs):
+        raise UsageError("a basemap runs on its own: leave out --workers/--dask (and --resume "
+                         "into a folder), or give --out a file")  # fmt: skip
+
     spec, plan = _batch_plan(args, inputs)
 
     def report(path: Path, status: str, detail: Any) -> None:
@@ -695,6 +756,11 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
 
 
 def cmd_segment(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:  # the basemaps' folders, removed after the run
+        return _cmd_segment(args, stack)
+
+
+def _cmd_segment(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     folder = not Path(args.out).suffix
     if args.workers is not None or args.dask or (args.resume and folder):
         try:
@@ -715,6 +781,7 @@ def cmd_segment(args: argparse.Namespace) -> int:
         _check_journals(targets, args.overwrite, args.resume)
         settings = _scene_settings(args)
         _check_keywords(args)
+        inputs = _open_basemaps(args, inputs, settings, stack)
         client, concepts = _load_model(args)
         query = _with_exemplars(args, client, _query(args, concepts), inputs, settings)
     except UsageError as error:
@@ -1071,8 +1138,9 @@ def build_parser() -> argparse.ArgumentParser:
         "rasters",
         nargs="+",
         metavar="RASTER",
-        help="raster files, folders, http(s) URLs of COGs, or STAC items/catalogs (.json path or "
-        "URL)",
+        help="raster files, folders, http(s) URLs of COGs, STAC items/catalogs (.json path or "
+        "URL), or a basemap with --bbox: an XYZ tile URL https://host/{z}/{x}/{y}.png, WMS:URL, "
+        "WMTS:URL or a GDAL WMS .xml file",
     )
     _add_query_options(segment)
     model = segment.add_mutually_exclusive_group(required=True)
@@ -1117,6 +1185,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="METRES",
         help="resample so that one model pixel covers METRES on the ground (up for small "
         "objects, down for large ones); default: the raster's own pixels",
+    )
+    area.add_argument(
+        "--zoom",
+        type=int,
+        metavar="Z",
+        help="XYZ basemaps: the zoom level whose tiles are read (default: the coarsest whose "
+        "pixels are no larger than --gsd)",
+    )
+    area.add_argument(
+        "--attribution",
+        metavar="TEXT",
+        help="basemaps: the service's attribution, recorded in every output (default: what the "
+        "service declares)",
     )
     area.add_argument(
         "--assets",

@@ -26,7 +26,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
-_CONTENT_TYPES = {".json": "application/json", ".tif": "image/tiff", ".html": "text/html"}
+_CONTENT_TYPES = {
+    ".json": "application/json",
+    ".tif": "image/tiff",
+    ".html": "text/html",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".xml": "text/xml",
+}
 
 
 # What a fault does to one request (every one answers with the file's real bytes, or none):
