@@ -38,6 +38,14 @@ class Mosaic:
     x0: int  # tile column of the mosaic's left edge
     y0: int  # tile row of its top edge
 
+    def at(self, col: int, row: int) -> Affine:
+        """The transform of the mosaic's pixel (col, row) as the corner: composed from the
+        world's origin in one step, as GDAL's WMS driver and the basemap VRT compose it, so
+        the floats are the same."""
+        res = resolution(self.zoom)
+        world = Affine(res, 0, -ORIGIN, 0, -res, ORIGIN)
+        return world * Affine.translation(self.x0 * TILE + col, self.y0 * TILE + row)
+
     def write(self, path: Path, window: tuple[int, int, int, int] | None = None) -> Path:
         """A GeoTIFF of the mosaic (or its ``window`` r0, c0, r1, c1) in EPSG:3857."""
         r0, c0, r1, c1 = window or (0, 0, self.data.shape[1], self.data.shape[2])
@@ -49,7 +57,7 @@ class Mosaic:
             "width": data.shape[2],
             "dtype": "uint8",
             "crs": "EPSG:3857",
-            "transform": self.transform * Affine.translation(c0, r0),
+            "transform": self.at(c0, r0),
             "photometric": "RGB",
         }
         with rasterio.open(path, "w", **profile) as dst:

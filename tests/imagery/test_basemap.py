@@ -1,0 +1,198 @@
+"""Basemap tiles as input (imagery/basemap.py): a real XYZ tile server on loopback serving PNG
+tiles in EPSG:3857 rendered from the shipped Sentinel-2 scene (tests/imagery/tiles.py)."""
+
+from __future__ import annotations
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from napari_sam3.cli import main
+from napari_sam3.core.columns import BASEMAP_COLUMNS
+from napari_sam3.imagery.basemap import (
+    BasemapError,
+    basemap_scene,
+    is_basemap,
+    parse_basemap,
+    xyz_resolution,
+    xyz_zoom,
+)
+from napari_sam3.imagery.raster import raster_info, read_raster
+
+from .http_server import Fault, RangeServer
+from .tiles import render_tiles
+
+ZOOM = 13
+# a window of the mosaic inside the scene's footprint: rows 256..576, columns 512..912
+WINDOW = (256, 512, 576, 912)
+TEMPLATE = "{z}/{x}/{y}.png"
+
+
+@pytest.fixture(scope="module")
+def mosaic(s2_rgb_paths, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiles")
+    return folder, render_tiles(s2_rgb_paths, folder, ZOOM)
+
+
+@pytest.fixture
+def tile_server(mosaic):
+    with RangeServer(mosaic[0]) as server:  # a fresh port: nothing of another test cached
+        yield server
+
+
+def _bbox(mosaic, window=WINDOW) -> str:
+    """The window's bounds in EPSG:3857, as --bbox text."""
+    r0, c0, r1, c1 = window
+    t = mosaic[1].transform
+    (west, north), (east, south) = t * (c0, r0), t * (c1, r1)
+    return f"{west!r},{south!r},{east!r},{north!r},EPSG:3857"
+
+
+def _tile_paths(mosaic, window=WINDOW) -> list[str]:
+    r0, c0, r1, c1 = window
+    m = mosaic[1]
+    return [
+        f"/{ZOOM}/{m.x0 + tx}/{m.y0 + ty}.png"
+        for ty in range(r0 // 256, (r1 - 1) // 256 + 1)
+        for tx in range(c0 // 256, (c1 - 1) // 256 + 1)
+    ]
+
+
+def _segment(source, out, *extra, tiny_repository) -> int:
+    argv = ["segment", source, "--models", tiny_repository, "--precision", "fp32",
+            "--prompt", "building", "--score-thr", "0", "--max-det", "5", "--tile-size", "128",
+            "--out", out, "--quiet", *extra]  # fmt: skip
+    return main([str(a) for a in argv])
+
+
+def test_the_tiles_of_an_area_are_the_servers_pixels_on_its_grid(mosaic, tile_server):
+    """A bbox in lon/lat is snapped outwards to the zoom's pixel grid: every pixel is the one
+    the server sent, and the VRT is placed on the service's grid exactly."""
+    from rasterio.warp import transform_bounds
+
+    bounds = transform_bounds("EPSG:3857", "EPSG:4326", *map(float, _bbox(mosaic).split(",")[:4]))
+    with basemap_scene(tile_server.url(TEMPLATE), (bounds, "EPSG:4326"), zoom=ZOOM) as vrt:
+        info = raster_info(vrt)
+        raster = read_raster(vrt)
+        folder = vrt.parent
+    assert not folder.exists()  # the VRT, the description and the tile cache are gone
+    assert info.crs.to_epsg() == 3857 and info.roles == ("red", "green", "blue", "alpha")
+    offset = ~mosaic[1].transform * (info.transform.c, info.transform.f)
+    col, row = round(offset[0]), round(offset[1])
+    assert info.transform == mosaic[1].at(col, row)
+    r0, c0, r1, c1 = WINDOW  # the lon/lat box holds the window, and at most a pixel more
+    assert row <= r0 and col <= c0 and row + info.rows >= r1 and col + info.cols >= c1
+    assert info.rows - (r1 - r0) <= 2 and info.cols - (c1 - c0) <= 2
+    expected = mosaic[1].data[:, row : row + info.rows, col : col + info.cols]
+    np.testing.assert_array_equal(raster.data, expected)
+
+
+def test_a_basemap_run_writes_the_polygons_of_the_same_pixels_from_a_geotiff(
+    mosaic, tile_server, tiny_repository, tmp_path
+):
+    url = tile_server.url(TEMPLATE)
+    out = tmp_path / "basemap.gpkg"
+    code = _segment(url, out, "--bbox", _bbox(mosaic), "--zoom", ZOOM, "--attribution",
+                    "Tiles © test", tiny_repository=tiny_repository)  # fmt: skip
+    assert code == 0
+    local = mosaic[1].write(tmp_path / "same_pixels.tif", WINDOW)
+    assert _segment(local, tmp_path / "local.gpkg", tiny_repository=tiny_repository) == 0
+    a, b = gpd.read_file(out), gpd.read_file(tmp_path / "local.gpkg")
+    assert a.crs.to_epsg() == 3857 == b.crs.to_epsg()
+    assert len(a) == len(b) > 0
+    assert set(a["service"]) == {url} and set(a["attribution"]) == {"Tiles © test"}
+    assert not set(BASEMAP_COLUMNS) & set(b.columns)  # only a basemap's outputs carry them
+    same = [c for c in b.columns if c not in ("source", "geometry")]
+    pd.testing.assert_frame_equal(pd.DataFrame(a[same]), pd.DataFrame(b[same]))
+    assert a.geometry.to_wkb().tolist() == b.geometry.to_wkb().tolist()
+    served = {p for _, p, _ in tile_server.requests}
+    assert served == set(_tile_paths(mosaic))  # the area's tiles, each once (the cache)
+    assert len(tile_server.requests) == len(served)
+
+
+def test_a_gsd_chooses_the_zoom_and_the_run_averages_its_pixels(mosaic, tile_server, tmp_path):
+    gsd = 2 * xyz_resolution(ZOOM) - 1  # zoom 13 is the coarsest with pixels this fine
+    assert xyz_zoom(gsd) == ZOOM
+    with basemap_scene(tile_server.url(TEMPLATE), (_area(mosaic)), gsd=gsd) as vrt:
+        native = raster_info(vrt)
+        grid = raster_info(vrt, gsd=gsd)
+    assert native.transform.a == pytest.approx(xyz_resolution(ZOOM))
+    assert grid.transform.a == pytest.approx(gsd) and grid.cols < native.cols
+
+
+def _area(mosaic):
+    parts = _bbox(mosaic).split(",")
+    return tuple(map(float, parts[:4])), parts[4]
+
+
+@given(st.floats(min_value=0.01, max_value=100_000))
+def test_the_zoom_of_a_gsd_is_the_coarsest_that_is_fine_enough(gsd):
+    zoom = xyz_zoom(gsd)
+    if 0 < zoom < 24:
+        assert xyz_resolution(zoom) <= gsd * (1 + 1e-9) < xyz_resolution(zoom - 1)
+
+
+def test_a_server_that_404s_half_the_tiles_fails_naming_the_service_and_writes_nothing(
+    mosaic, tile_server, tiny_repository, tmp_path, capsys
+):
+    tiles = _tile_paths(mosaic)
+    for path in tiles[::2]:  # the probe reads the centre tile, which is served
+        tile_server.faults[path] = [Fault("status", times=0, code=404)]
+    tile_server.configure()
+    out = tmp_path / "out.gpkg"
+    code = _segment(tile_server.url(TEMPLATE), out, "--bbox", _bbox(mosaic), "--zoom", ZOOM,
+                    tiny_repository=tiny_repository)  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert tile_server.url(TEMPLATE) in err and "404" in err and "never read as empty" in err
+
+
+def test_a_204_tile_is_empty_and_its_pixels_invalid_never_black_pixels(mosaic, tile_server):
+    tile = _tile_paths(mosaic)[0]
+    tile_server.faults[tile] = [Fault("status", times=0, code=204)]
+    tile_server.configure()
+    with basemap_scene(tile_server.url(TEMPLATE), _area(mosaic), zoom=ZOOM) as vrt:
+        raster = read_raster(vrt)
+    r0, c0, _, _ = WINDOW
+    corner = raster.data[3, : 256 - r0 % 256, : 256 - c0 % 256]
+    assert (corner == 0).all()  # the empty tile: transparent
+    assert raster.valid is not None and not raster.valid[0, 0] and raster.valid[-1, -1]
+
+
+def test_a_wrong_template_is_a_clear_error_naming_the_url(mosaic, tile_server, tmp_path, capsys):
+    url = tile_server.url("nowhere/{z}/{x}/{y}.png")
+    with pytest.raises(BasemapError, match="nowhere.*404"):
+        with basemap_scene(url, _area(mosaic), zoom=ZOOM):
+            pass
+    code = main(["segment", url, "--models", str(tmp_path), "--prompt", "building", "--bbox",
+                 _bbox(mosaic), "--zoom", str(ZOOM), "--out", str(tmp_path / "x.gpkg")])  # fmt: skip
+    assert code == 1 and url in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ([], "--bbox"),  # a basemap covers the world
+        (["--bbox", "14.2,52.3,14.4,52.5"], "--zoom"),  # no resolution
+    ],
+)
+def test_a_basemap_without_an_area_or_a_resolution_is_refused(extra, says, tmp_path, capsys):
+    url = "http://127.0.0.1:9/{z}/{x}/{y}.png"  # nothing is contacted before the refusal
+    code = main(["segment", url, "--models", str(tmp_path), "--prompt", "building",
+                 "--out", str(tmp_path / "x.gpkg"), *extra])  # fmt: skip
+    assert code == 2 and says in capsys.readouterr().err
+
+
+def test_what_names_a_basemap(tmp_path):
+    assert is_basemap("https://tile.example.org/{z}/{x}/{y}.png")
+    assert is_basemap("WMS:https://example.org/wms?LAYERS=ortho")
+    assert not is_basemap("https://example.org/scene.tif")
+    with pytest.raises(ValueError, match=r"\{z\}, \{x\} and \{y\}"):
+        parse_basemap("https://tile.example.org/{z}/{x}/{row}.png")
+    xml = tmp_path / "ortho.xml"
+    xml.write_text("<GDAL_WMS><Service name='WMS'/></GDAL_WMS>")
+    assert is_basemap(xml) and parse_basemap(str(xml)).kind == "gdal"
+    assert not is_basemap(tmp_path / "other.xml")
