@@ -71,6 +71,7 @@ CACHE_BYTES = 256 * 2**20
 # An area larger than this at the chosen resolution is refused (a lower zoom, a larger gsd).
 MAX_PIXELS = 40_000 * 40_000
 TILE = 256
+PROBE = 8  # pixels a side read at the area's centre before a run
 MAX_ZOOM = 24
 WEB_MERCATOR = "EPSG:3857"
 HALF_WORLD = 20037508.342789244  # metres from the Web Mercator origin to the world's edge
@@ -405,10 +406,11 @@ def _vrt(dataset, crs, grid, src, size, count, basemap: Basemap, attribution: st
 
 
 def _probe(vrt: Path, basemap: Basemap) -> None:
-    """Read one block at the area's centre: a wrong template fails here, naming the URL."""
+    """Read a few pixels at the area's centre (one tile, mostly): a wrong template fails here,
+    naming the URL, before a model is loaded."""
     try:
         with network_env(), rasterio.open(vrt) as ds:
-            size = min(TILE, ds.width), min(TILE, ds.height)
+            size = min(PROBE, ds.width), min(PROBE, ds.height)
             col, row = (ds.width - size[0]) // 2, (ds.height - size[1]) // 2
             ds.read(1, window=rasterio.windows.Window(col, row, *size))
     except RasterioError as error:
