@@ -873,6 +873,75 @@ def _cmd_segment(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     return EXIT_FAILED if failures else EXIT_OK
 
 
+# ----------------------------------------------------------------------------- basemap
+
+
+def cmd_basemap(args: argparse.Namespace) -> int:
+    """Write the VRT of a basemap's tiles over --bbox into the --out folder (with the service's
+    description and a bounded tile cache): a raster file napari and QGIS open as a layer, and
+    `segment` or QGIS's algorithms take, its service and attribution recorded."""
+    from napari_sam3.imagery.basemap import is_basemap, open_basemap
+    from napari_sam3.scene.aoi import AoiError, aoi_extent
+
+    out = Path(args.out)
+    try:
+        if not is_basemap(args.source):
+            raise UsageError(f"{args.source} is not a basemap: give an XYZ URL template "
+                             "(https://host/{z}/{x}/{y}.png), WMS:URL, WMTS:URL or a GDAL WMS .xml")  # fmt: skip
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+            raise UsageError(
+                f"--out {out} exists and is not empty; give a new folder or --overwrite"
+            )
+        if args.cache_mib <= 0:
+            raise UsageError(f"--cache-mib must be positive, got {args.cache_mib}")
+        try:
+            area = aoi_extent(args.bbox)
+        except AoiError as error:
+            raise UsageError(str(error)) from None
+        options = {"zoom": args.zoom, "gsd": args.gsd, "attribution": args.attribution}
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            vrt = open_basemap(
+                args.source, area, out, cache_bytes=args.cache_mib * 2**20, **options
+            )
+        except RefusedError as error:
+            raise UsageError(str(error)) from None
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return RefusedError.exit_code
+    args.written.append(vrt)
+    from napari_sam3.imagery.raster import raster_info
+
+    info = raster_info(vrt)
+    print(f"napari-sam3: wrote {vrt}: {info.cols} x {info.rows} pixels of "
+          f"{abs(info.transform.a):g} in {info.crs.to_string()} (tiles cached in {out / 'cache'}, "
+          f"at most {args.cache_mib} MiB)")  # fmt: skip
+    return EXIT_OK
+
+
+def _add_basemap_parser(sub: Any) -> None:
+    basemap = sub.add_parser(
+        "basemap",
+        help="write a basemap's tiles over an area as a VRT raster (napari, QGIS, segment)",
+        description="Cut a basemap service (an XYZ URL template, WMS:URL, WMTS:URL or a GDAL "
+        "WMS .xml file) to an area: a VRT of the service's own pixels there, read on demand "
+        "through a tile cache of bounded size in the same folder.",
+    )
+    basemap.add_argument("source", help="https://host/{z}/{x}/{y}.png, WMS:URL, WMTS:URL, FILE.xml")
+    basemap.add_argument("--bbox", required=True, metavar="MINX,MINY,MAXX,MAXY[,CRS]",
+                         help="the area (default CRS EPSG:4326), or a vector file's bounds")  # fmt: skip
+    basemap.add_argument("--zoom", type=int, metavar="Z", help="XYZ: the zoom level to read")
+    basemap.add_argument("--gsd", type=float, metavar="METRES",
+                         help="XYZ: the coarsest zoom this fine; WMS: the pixel size asked for")  # fmt: skip
+    basemap.add_argument("--attribution", metavar="TEXT",
+                         help="the service's attribution (default: what it declares)")  # fmt: skip
+    basemap.add_argument("--cache-mib", type=int, default=256, metavar="MIB",
+                         help="the tile cache's bound (default 256)")  # fmt: skip
+    basemap.add_argument("--out", required=True, help="a new folder")
+    basemap.add_argument("--overwrite", action="store_true", help="write into a folder in use")
+    basemap.set_defaults(run=cmd_basemap)
+
+
 # ----------------------------------------------------------------------------- change
 
 
@@ -1244,6 +1313,7 @@ def build_parser() -> argparse.ArgumentParser:
     segment.set_defaults(run=cmd_segment)
 
     _add_change_parser(sub)
+    _add_basemap_parser(sub)
 
     info = sub.add_parser(
         "info",

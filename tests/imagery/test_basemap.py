@@ -195,3 +195,28 @@ def test_what_names_a_basemap(tmp_path):
     xml.write_text("<GDAL_WMS><Service name='WMS'/></GDAL_WMS>")
     assert is_basemap(xml) and parse_basemap(str(xml)).kind == "gdal"
     assert not is_basemap(tmp_path / "other.xml")
+
+
+def test_the_basemap_command_writes_a_raster_napari_opens_in_map_units(
+    mosaic, tile_server, tmp_path, capsys
+):
+    from napari_sam3.plugin.reader import get_reader, read_layers
+
+    out = tmp_path / "area"
+    argv = ["basemap", tile_server.url(TEMPLATE), "--bbox", _bbox(mosaic), "--zoom", str(ZOOM),
+            "--attribution", "Tiles © test", "--cache-mib", "1", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    (vrt,) = out.glob("*.basemap.vrt")
+    assert str(vrt) in capsys.readouterr().out
+    assert "<MaxSize>1048576</MaxSize>" in (out / "service.xml").read_text()  # bounded cache
+    assert get_reader(str(vrt)) is not None
+    ((data, meta, kind),) = read_layers(str(vrt))
+    r0, c0, r1, c1 = WINDOW
+    assert kind == "image" and data.shape == (r1 - r0, c1 - c0, 3)
+    np.testing.assert_array_equal(
+        np.asarray(data), np.moveaxis(mosaic[1].data[:3, r0:r1, c0:c1], 0, -1)
+    )
+    east, north = mosaic[1].at(c0, r0) * (0.5, 0.5)  # the first pixel's centre
+    assert meta["translate"] == pytest.approx((-north, east))  # (y, x) = (-northing, easting)
+    assert main(argv) == 2  # the folder is in use: refused without --overwrite
+    assert list(out.glob("cache/**/*"))  # the tiles read were cached there
