@@ -963,6 +963,9 @@ def cmd_change(args: argparse.Namespace) -> int:
             found = _scene_inputs([item])
             if len(found) != 1 or Path(item).is_dir():
                 raise UsageError(f"{item}: give one scene per date (a raster, URL or STAC item)")
+            if isinstance(found[0], _BasemapInput):
+                raise UsageError(f"{item}: write a basemap's area first (napari-sam3 basemap "
+                                 "... --out DIR) and give its .vrt")  # fmt: skip
             inputs += found
         out = Path(args.out)
         if not out.parent.is_dir():

@@ -220,3 +220,13 @@ def test_the_basemap_command_writes_a_raster_napari_opens_in_map_units(
     assert meta["translate"] == pytest.approx((-north, east))  # (y, x) = (-northing, easting)
     assert main(argv) == 2  # the folder is in use: refused without --overwrite
     assert list(out.glob("cache/**/*"))  # the tiles read were cached there
+
+
+def test_change_and_workers_refuse_a_basemap(tmp_path, capsys):
+    url = "http://127.0.0.1:9/{z}/{x}/{y}.png"
+    code = main(["change", url, url, "--models", str(tmp_path), "--keywords", "building",
+                 "--out", str(tmp_path / "c.gpkg")])  # fmt: skip
+    assert code == 2 and "napari-sam3 basemap" in capsys.readouterr().err
+    code = main(["segment", url, "--models", str(tmp_path), "--prompt", "building", "--bbox",
+                 "14.2,52.3,14.4,52.5", "--zoom", "12", "--workers", "2", "--out", str(tmp_path)])  # fmt: skip
+    assert code == 2 and "on its own" in capsys.readouterr().err
