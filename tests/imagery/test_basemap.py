@@ -230,3 +230,38 @@ def test_change_and_workers_refuse_a_basemap(tmp_path, capsys):
     code = main(["segment", url, "--models", str(tmp_path), "--prompt", "building", "--bbox",
                  "14.2,52.3,14.4,52.5", "--zoom", "12", "--workers", "2", "--out", str(tmp_path)])  # fmt: skip
     assert code == 2 and "on its own" in capsys.readouterr().err
+
+
+WMS_DESCRIPTION = """<GDAL_WMS>
+  <Service name="WMS"><Version>1.1.1</Version><ServerUrl>{url}</ServerUrl><SRS>EPSG:3857</SRS>
+    <ImageFormat>image/png</ImageFormat><Layers>s2</Layers></Service>
+  <DataWindow><UpperLeftX>{w}</UpperLeftX><UpperLeftY>{n}</UpperLeftY><LowerRightX>{e}</LowerRightX>
+    <LowerRightY>{s}</LowerRightY><SizeX>{size}</SizeX><SizeY>{size}</SizeY></DataWindow>
+  <BlockSizeX>256</BlockSizeX><BlockSizeY>256</BlockSizeY><BandsCount>4</BandsCount>
+</GDAL_WMS>"""
+
+
+def test_a_wms_description_file_is_read_at_the_gsd_asked_of_the_server(
+    mosaic, tile_server, tmp_path
+):
+    """A GDAL WMS description of a WMS (GetMap) serving the mosaic: its pixels at the zoom's
+    resolution are the mosaic's; asked for twice that gsd, the server is asked for coarser maps."""
+    from .tiles import ORIGIN
+
+    mosaic[1].write(mosaic[0] / "wms.tif")  # what /wms renders GetMap requests from
+    xml = tmp_path / "s2.xml"
+    xml.write_text(WMS_DESCRIPTION.format(url=tile_server.url("wms?"), w=-ORIGIN, n=ORIGIN,
+                                          e=ORIGIN, s=-ORIGIN, size=256 * 2**ZOOM))  # fmt: skip
+    res = xyz_resolution(ZOOM)
+    with basemap_scene(str(xml), _area(mosaic), gsd=res) as vrt:
+        raster = read_raster(vrt)
+    r0, c0, r1, c1 = WINDOW
+    np.testing.assert_array_equal(raster.data, mosaic[1].data[:, r0:r1, c0:c1])
+    assert {p for _, p, _ in tile_server.requests} == {"/wms"}  # GetMap, not the tiles
+    with basemap_scene(str(xml), _area(mosaic), gsd=2 * res) as vrt:
+        coarse = raster_info(vrt)
+    assert (coarse.rows, coarse.cols) == ((r1 - r0) // 2, (c1 - c0) // 2)
+    assert coarse.transform.a == pytest.approx(2 * res)
+    with pytest.raises(ValueError, match="no pixel size of its own"):
+        with basemap_scene("WMS:" + tile_server.url("wms?LAYERS=s2"), _area(mosaic)):
+            pass
