@@ -351,6 +351,9 @@ def _open_basemaps(
             raise UsageError("--zoom and --attribution go with a basemap (an XYZ URL template, "
                              "WMS:URL, WMTS:URL or a GDAL WMS .xml file)")  # fmt: skip
         return inputs
+    if args.resume:  # its VRT is made afresh in a temporary folder by every run
+        raise UsageError("--resume continues a raster file's run: write the basemap's area with "
+                         "napari-sam3 basemap ... --out DIR, then segment (and resume) its .vrt")  # fmt: skip
     if settings.aoi is None:
         raise UsageError(
             f"{basemaps[0]}: a basemap covers the world; give the area to segment with "
