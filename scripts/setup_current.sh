@@ -20,11 +20,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$wanted" ]; then
     rm -f "$STAMP"
-    # The test runner, at the bounds the `test` extra of pyproject.toml gives.
+    # The test runner (and the STAC API server of the search tests), at the bounds the `test` extra of pyproject.toml gives.
     mapfile -t runner < <("$VENV/bin/python" - <<'EOF'
 import re, tomllib
 names = ["pytest", "pytest-qt", "pytest-xvfb", "pytest-timeout", "pytest-xdist", "hypothesis",
-         "pycocotools"]
+         "pycocotools", "rustac"]
 test = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]
 specs = {re.match(r"[A-Za-z0-9_.-]+", r)[0].lower(): r for r in test}
 missing = [n for n in names if n not in specs]

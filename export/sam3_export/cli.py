@@ -72,8 +72,26 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="where Triton runs the graphs (passed to the repository writer)",
     )
+    p.add_argument(
+        "--max-queue",
+        type=_queue_size,
+        default=None,
+        help="requests sam3_cached and sam3_multi hold waiting on a server; beyond it the "
+        "server answers 'busy' and clients try again within their deadline (default 32; 0: "
+        "no limit; --refresh keeps the repository's)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="only print errors")
     return p
+
+
+def _queue_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 1 << 20:
+        raise argparse.ArgumentTypeError(f"a number of requests, 0 (no limit) or more: {text!r}")
+    return value
 
 
 DEFAULTS = {"flavor": "onnx", "device": "gpu", "runtime": "auto", "precision": "auto"}
@@ -91,7 +109,13 @@ def _written_options(out: Path, manifest) -> dict[str, str]:
     graph = configs.get(contract.ENCODER)
     for name in ("runtime", "precision"):
         options[name] = graph.parameters.get(name) if graph is not None else None
-    return {k: v or DEFAULTS[k] for k, v in options.items()}
+    written = {k: v or DEFAULTS[k] for k, v in options.items()}
+    cached = configs.get(contract.CACHED)
+    if cached is not None:
+        from .triton_repo import written_max_queue
+
+        written["max_queue"] = written_max_queue(cached.proto)  # None: the writer's default
+    return written
 
 
 def refresh(out: Path, args) -> int:
@@ -127,6 +151,7 @@ def _write_repository(out: Path, manifest, args) -> None:
         device=args.device,
         runtime=args.runtime,
         precision=args.precision,
+        max_queue=args.max_queue,
     )
 
 
@@ -142,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .triton_repo import check_options
 
         try:  # before minutes of export, not after
-            check_options(args.flavor, args.device, args.runtime, args.precision)
+            check_options(args.flavor, args.device, args.runtime, args.precision, args.max_queue)
         except ValueError as exc:
             parser.error(str(exc))
     logging.basicConfig(

@@ -16,6 +16,14 @@
   `model.py`, beside verbatim copies of their logic modules from `napari_sam3.runtime`
   (and `rle.py`, `rle_kernels.py`, `contract.py`), so that server and embedded engine run the same code;
 - the ensembles `sam3_segment`, `sam3_concept`, `sam3_segment_concept`, carrying the manifest.
+
+The models clients call directly (`QUEUED_MODELS`: `sam3_cached`, which `Sam3Client` sends
+everything to, and `sam3_multi`) hold at most `max_queue` requests waiting
+(`dynamic_batching { default_queue_policy { max_queue_size } }`, honoured by the CPU server of
+nvidia-pytriton too, with `max_batch_size: 0`): beyond it Triton answers at once UNAVAILABLE
+"Exceeds maximum queue size", which the client takes as "busy, retry" (runtime/engines/triton.py),
+so a flood of clients costs the server a bounded memory. The ensembles have no queue of their
+own (Triton's ensemble scheduler takes no queue policy); their steps keep Triton's default.
 """
 
 from __future__ import annotations
@@ -50,6 +58,11 @@ ONNX_TO_TRITON = {
 }
 FLAVORS = ("onnx", "python", "openvino")
 DEVICES = ("gpu", "cpu")
+# Requests a client-facing model holds waiting. Each holds its inputs (a full-size image is 3 MB)
+# while it waits; 16 clients with 2 requests in flight each fit without a "busy" answer.
+DEFAULT_MAX_QUEUE = 32
+MAX_QUEUE_LIMIT = 1 << 20
+QUEUED_MODELS = (contract.CACHED, contract.MULTI)
 
 
 def graph_signature(path: Path) -> tuple[list[tuple], list[tuple]]:
@@ -99,6 +112,20 @@ def _instances(config: pb.ModelConfig, kind: str, count: int = 1) -> None:
     group = config.instance_group.add()
     group.kind = pb.ModelInstanceGroup.Kind.Value(kind)
     group.count = count
+
+
+def _queue_limit(config: pb.ModelConfig, max_queue: int) -> None:
+    """At most `max_queue` requests wait for `config`'s model (0: no limit, Triton's default)."""
+    if max_queue:
+        config.dynamic_batching.default_queue_policy.max_queue_size = max_queue
+
+
+def written_max_queue(config) -> int | None:
+    """The queue limit a parsed config (a ModelConfig proto) holds: 0 for none, None when it
+    was written before the limit existed."""
+    if not config.HasField("dynamic_batching"):
+        return None
+    return int(config.dynamic_batching.default_queue_policy.max_queue_size)
 
 
 def _write(model_dir: Path, config: pb.ModelConfig) -> None:
@@ -184,8 +211,23 @@ def _result_outputs() -> list[tuple]:
     ]
 
 
-def check_options(flavor: str, device: str, runtime: str = "auto", precision: str = "auto") -> None:
+def check_options(
+    flavor: str,
+    device: str,
+    runtime: str = "auto",
+    precision: str = "auto",
+    max_queue: int | None = None,
+) -> None:
     """Raise ValueError for a combination the repository writer cannot write."""
+    if max_queue is not None and (
+        isinstance(max_queue, bool)
+        or not isinstance(max_queue, int)
+        or not 0 <= max_queue <= MAX_QUEUE_LIMIT
+    ):
+        raise ValueError(
+            f"max_queue is the number of requests a model holds waiting, 0 (no limit) to "
+            f"{MAX_QUEUE_LIMIT}, got {max_queue!r}"
+        )
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
     if device not in DEVICES:
@@ -209,12 +251,15 @@ def write_repository(
     device: str = "gpu",
     runtime: str = "auto",
     precision: str = "auto",
+    max_queue: int | None = None,
 ) -> list[str]:
     """Write every config, Python model and ensemble around the graphs in `out_dir`.
 
     `runtime` and `precision` (see `onnx_runner.choose`) apply to the python flavor's graphs;
-    `precision` also to the openvino flavor's."""
-    check_options(flavor, device, runtime, precision)
+    `precision` also to the openvino flavor's. `max_queue`: the requests each of
+    `QUEUED_MODELS` holds waiting (None: `DEFAULT_MAX_QUEUE`; 0: no limit)."""
+    check_options(flavor, device, runtime, precision, max_queue)
+    max_queue = DEFAULT_MAX_QUEUE if max_queue is None else max_queue
     out_dir = Path(out_dir)
     manifest = manifest.with_entries(
         flavor=flavor, device=device, max_keywords=contract.MAX_KEYWORDS
@@ -307,14 +352,17 @@ def write_repository(
     )
     _set_parameters(multi, {**params, contract.MANIFEST_PARAMETER: _manifest_json(manifest)})
     _instances(multi, "KIND_CPU")
+    _queue_limit(multi, max_queue)
     _python_model(out_dir / contract.MULTI, multi, "multi", ("cached",))
     written.append(contract.MULTI)
 
-    written.append(_cached(out_dir, sig, manifest, options))
+    written.append(_cached(out_dir, sig, manifest, options, max_queue))
     return written
 
 
-def _cached(out_dir: Path, sig: dict, manifest: contract.Manifest, options: list) -> str:
+def _cached(
+    out_dir: Path, sig: dict, manifest: contract.Manifest, options: list, max_queue: int
+) -> str:
     """`sam3_cached`: the feature cache in front of every head (one instance: one cache)."""
     enc_in, _ = sig[contract.ENCODER]
     text_in, _ = sig[contract.TEXT]
@@ -375,5 +423,6 @@ def _cached(out_dir: Path, sig: dict, manifest: contract.Manifest, options: list
         },
     )
     _instances(config, "KIND_CPU")  # ONE instance: a second would hold a second cache
+    _queue_limit(config, max_queue)
     _python_model(out_dir / contract.CACHED, config, "cached")
     return contract.CACHED

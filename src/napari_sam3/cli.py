@@ -438,6 +438,66 @@ def _scene_inputs(items: list[str]) -> list[Any]:
     return list(dict.fromkeys(p if isinstance(p, _RemoteInput) else p.resolve() for p in found))
 
 
+def _inputs(args: argparse.Namespace) -> list[Any]:
+    """The scenes of a segment run: the RASTER arguments, then the items a --stac search finds
+    (listed here, before the run)."""
+    search = [o for o in ("collections", "datetime", "filter", "max_items") if getattr(args, o)]
+    if not args.stac:
+        if search:
+            raise UsageError(
+                f"--{search[0].replace('_', '-')} narrows a STAC API search: give --stac URL"
+            )
+        if not args.rasters:
+            raise UsageError(
+                "give the rasters to segment (files, folders, URLs, STAC items) or --stac URL"
+            )
+        return _scene_inputs(args.rasters)
+    found = _scene_inputs(args.rasters) if args.rasters else []
+    return list(dict.fromkeys([*found, *_search_inputs(args)]))
+
+
+def _search_inputs(args: argparse.Namespace) -> list[Any]:
+    """The items of the --stac search, in the --bbox area (its bounds in longitude/latitude)."""
+    from napari_sam3.imagery.stac_search import search_items
+    from napari_sam3.scene.aoi import AoiError, lonlat_bounds
+
+    if not args.collections:
+        raise UsageError("--stac searches the collections given by --collections C[,D]")
+    area = None
+    if args.bbox is not None:
+        try:
+            area = lonlat_bounds(args.bbox)
+        except AoiError as error:
+            raise UsageError(f"--bbox: {error}") from None
+    result = search_items(
+        args.stac,
+        args.collections,
+        bbox=area,
+        datetime=args.datetime,
+        filter=args.filter,
+        max_items=args.max_items,
+    )
+    asked = ", ".join(
+        f"{k} {v}"
+        for k, v in (
+            ("collections", args.collections),
+            ("bbox", ",".join(f"{x:.6g}" for x in area) if area else None),
+            ("datetime", args.datetime),
+            ("filter", args.filter),
+        )
+        if v
+    )
+    print(f"napari-sam3: STAC search {args.stac} ({asked}): {len(result)} items", flush=True)
+    for line in result.listing():
+        print(f"napari-sam3:   {line}", flush=True)
+    if result.truncated:
+        print(
+            f"napari-sam3:   more items match: the first {len(result)} are taken (--max-items)",
+            flush=True,
+        )
+    return result.scenes
+
+
 def _plan_outputs(
     inputs: list[Path],
     out: str,
@@ -765,14 +825,21 @@ def cmd_segment(args: argparse.Namespace) -> int:
 
 def _cmd_segment(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     folder = not Path(args.out).suffix
+    try:
+        inputs = _inputs(args)
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return RefusedError.exit_code
+    if not inputs:  # an empty search is an answer, not a failure (as an empty ogr2ogr -where)
+        print("napari-sam3: the search found no items: nothing to segment, nothing written")
+        return EXIT_OK
     if args.workers is not None or args.dask or (args.resume and folder):
         try:
-            return _segment_batch(args, _scene_inputs(args.rasters))
+            return _segment_batch(args, inputs)
         except UsageError as error:
             print(f"napari-sam3: {error}", file=sys.stderr)
             return RefusedError.exit_code
     try:
-        inputs = _scene_inputs(args.rasters)
         targets, merged = _plan_outputs(
             inputs, args.out, args.format, args.overwrite, _protected(args, inputs)
         )
@@ -1211,11 +1278,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     segment.add_argument(
         "rasters",
-        nargs="+",
+        nargs="*",
         metavar="RASTER",
         help="raster files, folders, http(s) URLs of COGs, STAC items/catalogs (.json path or "
         "URL), or a basemap with --bbox: an XYZ tile URL https://host/{z}/{x}/{y}.png, WMS:URL, "
-        "WMTS:URL or a GDAL WMS .xml file",
+        "WMTS:URL or a GDAL WMS .xml file; or none, with --stac",
     )
     _add_query_options(segment)
     model = segment.add_mutually_exclusive_group(required=True)
@@ -1279,6 +1346,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="A,B,C",
         help="STAC items: the assets to use (1 RGB asset or red,green,blue bands); default: "
         "found by eo:bands common names or the usual keys",
+    )
+    stac = segment.add_argument_group(
+        "STAC API search",
+        "the items found are the scenes, one output each (named by item id), listed before the "
+        "run; --bbox is also the search area; no item found: said, nothing written, exit 0",
+    )
+    stac.add_argument("--stac", metavar="URL", help="a STAC API's landing page to search")
+    stac.add_argument("--collections", metavar="C[,D]", help="the collections to search")
+    stac.add_argument(
+        "--datetime", metavar="RANGE", help="a date or range: 2024-06-01, 2024-06/2024-08, 2024/.."
+    )
+    stac.add_argument(
+        "--filter",
+        metavar="CQL2",
+        help='CQL2 text on item properties, e.g. "eo:cloud_cover<20" (APIs with the Filter '
+        "extension)",
+    )
+    stac.add_argument(
+        "--max-items",
+        type=int,
+        metavar="N",
+        help="take the first N items found (default: refuse a search finding more than 200)",
     )
     segment.add_argument("--score-thr", type=float, help="minimum score (default: the model's)")
     segment.add_argument("--max-det", type=int, help="at most this many objects per tile")

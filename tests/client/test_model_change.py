@@ -392,3 +392,40 @@ def test_a_pool_whose_servers_all_restart_on_another_model_follows_them(
         pool.close()
     finally:
         second.server.stop()
+
+
+@needs_triton
+def test_a_server_restarted_on_another_model_mid_scene_stops_the_run(
+    server, tiny_repository, other_repository, crop_tif, tmp_path
+):
+    """The server restarted on another repository after the first tiles of a scene: the run
+    stops with ModelChanged (no output mixing two models) instead of following the server."""
+    from napari_sam3.prompts.query import Query
+    from napari_sam3.scene.driver import segment_to_file
+
+    if server.repository != tiny_repository.resolve():
+        server.restart(tiny_repository)
+    client = Sam3Client(server.address, connect_timeout=30)
+    old, new = client.model_id, contract.load_manifest(other_repository).model_id
+    seen = {}
+
+    def restart(done, total):
+        seen["total"] = total
+        if done == 2:  # one request in flight at most (one server): none now
+            server.restart(other_repository)
+
+    out = tmp_path / "results"
+    out.mkdir()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with pytest.raises(ModelChanged) as error:
+            query = Query.of(prompt="building", score_thr=0.0)
+            segment_to_file(client, crop_tif, out / "scene.gpkg", query, progress=restart)
+    client.close()
+    total = seen["total"]
+    assert total > 3
+    _assert_names_both(error.value, client.address, old, new, f"the scene run of {crop_tif.name}")
+    assert f"stopped after 2 of {total} tiles" in str(error.value), str(error.value)
+    assert "nothing was written" in str(error.value)
+    assert error.value.tiles_done == (2, total)
+    assert list(out.iterdir()) == []  # no output, no temporary file

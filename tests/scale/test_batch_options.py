@@ -312,6 +312,11 @@ NOT_FOR_WORKERS = {
     "--help": "argparse's own",
     "--quiet": "progress bars: workers never draw them",
     "--assets": "STAC items only, which the parallel path refuses (tested in tests/imagery)",
+    # the STAC API search runs once, before the run: its items are the inputs
+    **dict.fromkeys(
+        ("--stac", "--collections", "--datetime", "--filter", "--max-items"),
+        "the search, made before the run (tests/imagery/test_stac_search.py)",
+    ),
 }
 
 

@@ -14,6 +14,7 @@ server may only point at ``http(s)`` URLs; a local item at local files or ``http
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from napari_sam3.imagery.remote import MAX_JSON_BYTES, fetch_bytes, file_name, i
 
 __all__ = [
     "RGB_ASSET_KEYS",
+    "LoadedItem",
     "StacError",
     "catalog_items",
     "is_stac",
@@ -47,9 +49,36 @@ class StacError(Sam3Error, ValueError):
     """A STAC file that cannot be used as a scene (not STAC, no RGB assets, a bad asset link)."""
 
 
+class LoadedItem(str):
+    """An item read already (found by a STAC API search): its URL as a string, named by its id
+    (``.name``, ``.stem``: one output per item), read as the item itself (:func:`read_stac`)."""
+
+    item: Any
+
+    @classmethod
+    def of(cls, item: Any, api: str = "") -> LoadedItem:
+        href = (
+            item.get_self_href()
+            or f"{api.rstrip('/')}/collections/{item.collection_id}/items/{item.id}"
+        )
+        loaded = cls(href)
+        loaded.item = item
+        return loaded
+
+    @property
+    def name(self) -> str:
+        return self.item.id
+
+    @property
+    def stem(self) -> str:
+        """The id as a file name (a character a file name cannot hold becomes ``_``)."""
+        return re.sub(r"[^A-Za-z0-9._-]", "_", self.item.id).lstrip(".") or "item"
+
+
 def is_stac(source: Any) -> bool:
-    """Whether ``source`` is a STAC document: a pystac object, or a path or URL ending in .json."""
-    if isinstance(source, pystac.STACObject):
+    """Whether ``source`` is a STAC document: a pystac object, an item found by a search, or a
+    path or URL ending in .json."""
+    if isinstance(source, pystac.STACObject | LoadedItem):
         return True
     if not isinstance(source, str | os.PathLike):
         return False
@@ -69,6 +98,8 @@ def read_stac(source: Any) -> Any:
     """The pystac Item, Collection or Catalog at ``source`` (a path, a URL, or a pystac object)."""
     if isinstance(source, pystac.STACObject):
         return source
+    if isinstance(source, LoadedItem):
+        return source.item
     href = os.fspath(source)
     try:
         if is_remote(href):

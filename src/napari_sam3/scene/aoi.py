@@ -23,7 +23,15 @@ from napari_sam3.core.formats import VECTOR_INPUTS, read_vector_file
 from napari_sam3.imagery.raster import RasterInfo
 from napari_sam3.scene.tiles import Tile
 
-__all__ = ["AoiError", "Bbox", "aoi_extent", "aoi_window", "parse_bbox", "tiles_touching"]
+__all__ = [
+    "AoiError",
+    "Bbox",
+    "aoi_extent",
+    "aoi_window",
+    "lonlat_bounds",
+    "parse_bbox",
+    "tiles_touching",
+]
 
 DEFAULT_CRS = "EPSG:4326"
 Window = tuple[int, int, int, int]  # r0, c0, r1, c1 (ends exclusive)
@@ -96,7 +104,7 @@ def aoi_window(aoi: Any, info: RasterInfo) -> Window:
             "the raster has no CRS, so an area of interest in map coordinates cannot be placed "
             "on it; give a georeferenced raster, or leave the AOI out"
         )
-    bounds, crs, label = _bounds(aoi, info)
+    bounds, crs, label = _bounds(aoi, info.crs)
     win = from_bounds(*bounds, transform=info.transform)
     r0, c0 = math.floor(win.row_off + 1e-9), math.floor(win.col_off + 1e-9)
     r1 = math.ceil(win.row_off + win.height - 1e-9)
@@ -125,6 +133,13 @@ def aoi_extent(aoi: Any) -> tuple[tuple[float, float, float, float], str]:
     return tuple(float(v) for v in frame.total_bounds), frame.crs.to_string()
 
 
+def lonlat_bounds(aoi: Any) -> tuple[float, float, float, float]:
+    """The AOI's bounds in longitude/latitude (west, south, east, north): the area a STAC API
+    search covers."""
+    west, south, east, north = _bounds(aoi, _crs(DEFAULT_CRS))[0]
+    return max(west, -180.0), max(south, -90.0), min(east, 180.0), min(north, 90.0)
+
+
 def tiles_touching(tiles: Sequence[Tile], window: Window) -> list[Tile]:
     """The tiles that share at least one pixel with ``window``, in grid order."""
     r0, c0, r1, c1 = window
@@ -148,8 +163,8 @@ def _crs(text: Any):
         raise AoiError(f"unknown CRS {text!r}; give e.g. EPSG:4326 or EPSG:32633") from None
 
 
-def _bounds(aoi: Any, info: RasterInfo) -> tuple[tuple[float, float, float, float], str, str]:
-    """(the AOI's bounds in the raster's CRS, the AOI's own CRS, how to name it)."""
+def _bounds(aoi: Any, target: Any) -> tuple[tuple[float, float, float, float], str, str]:
+    """(the AOI's bounds in the ``target`` CRS, the AOI's own CRS, how to name it)."""
     from rasterio.warp import transform_bounds
 
     if isinstance(aoi, str) and not _is_file(aoi):
@@ -164,14 +179,14 @@ def _bounds(aoi: Any, info: RasterInfo) -> tuple[tuple[float, float, float, floa
         aoi = Bbox(*numbers, crs=str(aoi[4]) if len(aoi) == 5 else DEFAULT_CRS)
     if isinstance(aoi, Bbox):
         crs = _crs(aoi.crs)
-        bounds = transform_bounds(crs, info.crs, *aoi.bounds, densify_pts=21)
+        bounds = transform_bounds(crs, target, *aoi.bounds, densify_pts=21)
         return bounds, aoi.crs, f"bbox {_text(aoi.bounds)} ({aoi.crs})"
     frame, label = _vector(aoi)
     if frame.crs is None:
         raise AoiError(f"{label} has no CRS; give the area of interest a CRS")
     if frame.empty or frame.geometry.is_empty.all():
         raise AoiError(f"{label} holds no geometry")
-    bounds = tuple(float(v) for v in frame.to_crs(info.crs).total_bounds)
+    bounds = tuple(float(v) for v in frame.to_crs(target).total_bounds)
     return bounds, frame.crs.to_string(), label
 
 

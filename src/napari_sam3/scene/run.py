@@ -39,6 +39,7 @@ from napari_sam3.prompts.query import Query
 from napari_sam3.runtime.cached import heads_bytes, image_bytes
 from napari_sam3.scene.aoi import aoi_window, tiles_touching
 from napari_sam3.scene.budget import ScenePlan, resolve_budget
+from napari_sam3.scene.guard import TileGuard
 from napari_sam3.scene.journal import TileJournal, run_identity
 from napari_sam3.scene.masks import SceneMask
 from napari_sam3.scene.merge import Detection, dedup_across_tiles, merge_seams
@@ -399,6 +400,7 @@ def _run_tiles(
     found: dict[int, list[Detection] | None] = dict(done or {})
     for dets in found.values():  # what the journal gave is held as what is found
         plan.observe([], sum(d.mask.nbytes for d in dets or ()))
+    guard = TileGuard(client, _source_name(info.path), len(tiles))  # one model; how far it came
     loads: deque[Future] = deque()
     running: deque[tuple[Tile, np.ndarray | None, Future | None]] = deque()
     stats_lock = threading.Lock()
@@ -469,16 +471,20 @@ def _run_tiles(
                     timings["wait"] += t1 - t0
                     timings["model"] += seconds
                     timings["merge"] += time.perf_counter() - t1
+                finished += 1
+                guard.tile_done(finished)  # before the journal: never a tile of another model
                 if record is not None:
                     record(tile.index, found[tile.index])
-                finished += 1
                 report(finished)
-    except BaseException:
+    except BaseException as error:
         for _, future in loads:
             future.cancel()
         for _, _, job in running:
             if job is not None:
                 job.cancel()
+        noted = guard.stopped(error)
+        if noted is not None:
+            raise noted from error
         raise
     finally:
         report(None)

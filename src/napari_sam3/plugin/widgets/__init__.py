@@ -1,5 +1,5 @@
-"""napari dock widgets of napari-sam3: the SAM3 panel and the results table (contributed by
-napari.yaml); the panel's parts (connection, one widget per mode) are exported as well.
+"""napari dock widgets of napari-sam3: the SAM3 panel, the results table and the STAC search
+form (contributed by napari.yaml); the panel's parts (connection, one widget per mode) are exported as well.
 
 The widgets only gather inputs and show results: the segmentation is `napari_sam3.client.sam3`'s,
 the layer conversions are in `_layers`.
@@ -12,6 +12,7 @@ from napari_sam3.plugin.widgets.interactive import InteractiveWidget
 from napari_sam3.plugin.widgets.panel import Sam3Panel
 from napari_sam3.plugin.widgets.results_table import ResultsTable
 from napari_sam3.plugin.widgets.scene import SceneWidget
+from napari_sam3.plugin.widgets.stac_search import StacSearchWidget
 from napari_sam3.plugin.widgets.text import TextWidget
 
 __all__ = [
@@ -22,5 +23,6 @@ __all__ = [
     "ResultsTable",
     "Sam3Panel",
     "SceneWidget",
+    "StacSearchWidget",
     "TextWidget",
 ]

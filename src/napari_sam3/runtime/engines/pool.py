@@ -11,6 +11,8 @@ model of the first one back; the client notices the change in its next answer). 
 names an image by its
 ``image_id`` without its pixels (the feature cache, an interactive session) goes to the member
 that was sent them; if that one is out, to another, whose "miss" makes the client resend them.
+A server that answers "busy" (its queue full) is not out: its engine asks it again within the
+deadline, and a call it stays busy for raises ``ServerBusy`` without dropping it.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class PoolEngine:
         # image_id (feature cache key, interactive session) -> the server that was sent the pixels
         self._holders: OrderedDict[str, _Member] = OrderedDict()
         self._closed = False
+        self._busy_before = 0  # "busy" answers of the engines of members that left since
         self._connect(grace)
         self._prober = threading.Thread(
             target=self._probe_loop, name="sam3-pool-probe", daemon=True
@@ -202,6 +205,7 @@ class PoolEngine:
                 return
             member.engine = None
             member.failures += 1
+            self._busy_before += engine.busy_answers
         log.warning("Triton at %s left the pool: %s", member.address, reason)
         self._warn(member, reason)
         try:
@@ -334,11 +338,15 @@ class PoolEngine:
             self._cond.notify_all()
 
     def _call(self, fn, key: str | None = None, pixels: bool = True):
+        from napari_sam3.runtime.engines.triton import ServerBusy
+
         attempts = max(1, self.retries + 1) * len(self._members)
         for attempt in range(attempts):
             member, engine = self._acquire(key, pixels)
             try:
                 return fn(engine)
+            except ServerBusy:  # it answers: busy is not down
+                raise
             except ConnectionError as error:
                 self._drop(member, engine, str(error).split(";")[0])
                 if attempt + 1 == attempts:
@@ -364,6 +372,13 @@ class PoolEngine:
         with self._cond:
             healthy = [(m.address, m.engine) for m in self._healthy()]
         return {address: engine.statistics(model_name) for address, engine in healthy}
+
+    @property
+    def busy_answers(self) -> int:
+        """The "busy" answers (a full queue) the servers gave so far, each asked again or not."""
+        with self._cond:
+            engines = [m.engine for m in self._members if m.engine is not None]
+            return self._busy_before + sum(e.busy_answers for e in engines)
 
     def members(self) -> list[dict[str, Any]]:
         """Where each server stands: address, healthy, requests in flight and served, why out."""

@@ -6,7 +6,11 @@ resolves the name itself, connects to every address it lists (a headless Service
 refuses (a server listening on IPv4 only) costs nothing per call.
 
 Time: ``connect_timeout`` bounds the wait for a ready server; every request try is bounded by
-``request_timeout`` and all tries of one call together by ``deadline``. While a request runs, a
+``request_timeout`` and all tries of one call together by ``deadline``. A server whose queue is
+full answers "busy" (UNAVAILABLE, "Exceeds maximum queue size": the ``max_queue_size`` that
+``sam3-export`` writes into the configs of the models clients call); such a request never
+reached a model, so it is sent again after a growing, jittered wait, as often as the deadline
+allows (``retries`` counts transport failures only), then :class:`ServerBusy` names the server. While a request runs, a
 second channel asks the server ``is_server_live`` every ``probe_interval`` seconds; a server that
 gives no answer for ``liveness_timeout`` seconds (stopped, hung, its host gone) is given up on
 at once, naming it, while a server that is alive may take as long as ``request_timeout``.
@@ -15,6 +19,8 @@ at once, naming it, while a server that is alive may take as long as ``request_t
 from __future__ import annotations
 
 import ipaddress
+import logging
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -38,15 +44,29 @@ from napari_sam3.runtime.engines.model_config import (
 )
 from napari_sam3.runtime.engines.settings import Timeouts
 
+log = logging.getLogger(__name__)
+
 # Worth a retry: the request never reached a model (refused, reset, overloaded). A try that ran
 # out of time is not retried: the server may still be working on it.
 TRANSIENT = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED"}
 TIMED_OUT = "StatusCode.DEADLINE_EXCEEDED"
+# Triton's answer (UNAVAILABLE) when the model's queue holds max_queue_size requests already
+BUSY = "Exceeds maximum queue size"
+BUSY_WAIT = (0.05, 2.0)  # the first wait before asking a busy server again, and the longest
 MAX_MESSAGE = 2**31 - 1  # as tritonclient's own default (images and masks can be large)
 
 
 class RequestTimeout(ConnectionFailed, TimedOut):
     """A request that did not finish within its time on a server that still answers."""
+
+
+class ServerBusy(ConnectionFailed, TimedOut):
+    """A server that answered "busy" (its queue full) to every try of a call until the deadline."""
+
+
+def is_busy(status: str, message: str) -> bool:
+    """Whether a Triton error is its "busy, retry" answer (a full queue), not a lost server."""
+    return status in TRANSIENT and BUSY in message
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -158,6 +178,7 @@ class TritonEngine:
         self._lock = threading.Lock()
         self._configs: dict[str, ModelConfig] = {}
         self._closed = False
+        self.busy_answers = 0  # "busy" answers received (each was tried again or ended a call)
         try:
             self.wait_until_ready(timeouts.connect)
         except BaseException:
@@ -325,9 +346,11 @@ class TritonEngine:
         )
 
     def _with_retries(self, fn, what: str, per_try: float):
-        delay = self.backoff
-        end = time.monotonic() + self.deadline
-        for attempt in range(self.retries + 1):
+        start = time.monotonic()
+        end = start + self.deadline
+        failures, delay = 0, self.backoff
+        busy, busy_wait = 0, BUSY_WAIT[0]
+        while True:
             client = self._checked_client()
             left = end - time.monotonic()
             try:
@@ -341,17 +364,34 @@ class TritonEngine:
                         f"{round(min(per_try, left), 2):g} s (the server answers, so it is busy "
                         "or the request is very large); raise request_timeout (--request-timeout)"
                     ) from None
+                if is_busy(status, message):
+                    busy += 1
+                    with self._lock:
+                        self.busy_answers += 1
+                    # jittered, so that the clients turned away together do not return together
+                    wait = busy_wait * random.uniform(0.5, 1.0)
+                    if time.monotonic() + wait < end:
+                        log.debug("Triton at %s is busy (%s); asking again", self.address, what)
+                        time.sleep(wait)
+                        busy_wait = min(2 * busy_wait, BUSY_WAIT[1])
+                        continue
+                    raise ServerBusy(
+                        f"Triton at {self.address} was too busy to take {what}: its queue was "
+                        f"full ({message.split('] ')[-1]}) at each of {busy} tries over "
+                        f"{time.monotonic() - start:.1f} s, the deadline; try again later, raise "
+                        "the deadline (--deadline), or share the load with more servers (a pool)"
+                    ) from None
                 if status in TRANSIENT:
-                    if attempt < self.retries and time.monotonic() + delay < end:
+                    if failures < self.retries and time.monotonic() + delay < end:
+                        failures += 1
                         time.sleep(delay)
                         delay *= 2
                         continue
                     raise ConnectionFailed(
                         f"Triton at {self.address} unreachable for {what} after "
-                        f"{attempt + 1} tries ({message}); is the server still running?"
+                        f"{failures + 1} tries ({message}); is the server still running?"
                     ) from None
                 raise InvalidInput(f"Triton rejected {what}: {message}") from None
-        raise AssertionError("unreachable")
 
     def __enter__(self) -> TritonEngine:
         return self
