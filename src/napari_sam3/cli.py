@@ -11,6 +11,7 @@ that exists without --overwrite, an output that is one of the inputs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -324,6 +325,57 @@ class _RemoteInput(str):
         return Path(self.name).stem
 
 
+class _BasemapInput(_RemoteInput):
+    """A basemap service (an XYZ template, WMS:/WMTS: or a GDAL WMS description file), named
+    after its host; :func:`_open_basemaps` turns it into the VRT of the --bbox area."""
+
+    @property
+    def name(self) -> str:
+        from napari_sam3.imagery.basemap import parse_basemap
+
+        return parse_basemap(self).name
+
+
+def _open_basemaps(
+    args: argparse.Namespace, inputs: list[Any], settings: Any, stack: contextlib.ExitStack
+) -> list[Any]:
+    """``inputs`` with each basemap replaced by the VRT of its tiles over --bbox, in a folder
+    (with its bounded tile cache) removed when ``stack`` closes. A basemap without --bbox, or
+    --zoom/--attribution without a basemap, is refused."""
+    from napari_sam3.imagery.basemap import basemap_scene
+    from napari_sam3.scene.aoi import AoiError, aoi_extent
+
+    basemaps = [p for p in inputs if isinstance(p, _BasemapInput)]
+    if not basemaps:
+        if args.zoom is not None or args.attribution is not None:
+            raise UsageError("--zoom and --attribution go with a basemap (an XYZ URL template, "
+                             "WMS:URL, WMTS:URL or a GDAL WMS .xml file)")  # fmt: skip
+        return inputs
+    if args.resume:  # its VRT is made afresh in a temporary folder by every run
+        raise UsageError("--resume continues a raster file's run: write the basemap's area with "
+                         "napari-sam3 basemap ... --out DIR, then segment (and resume) its .vrt")  # fmt: skip
+    if settings.aoi is None:
+        raise UsageError(
+            f"{basemaps[0]}: a basemap covers the world; give the area to segment with "
+            "--bbox minx,miny,maxx,maxy[,CRS] (or the bounds of a vector file)"
+        )
+    try:
+        area = aoi_extent(settings.aoi)
+    except AoiError as error:
+        raise UsageError(str(error)) from None
+    opened = []
+    for item in inputs:
+        if isinstance(item, _BasemapInput):
+            options = {"zoom": args.zoom, "gsd": settings.gsd, "attribution": args.attribution}
+            try:
+                item = stack.enter_context(basemap_scene(str(item), area, **options))
+            except RefusedError as error:
+                raise UsageError(str(error)) from None
+            print(f"napari-sam3: {item.name}: the tiles of {str(basemaps[0])!r} over the area")
+        opened.append(item)
+    return opened
+
+
 def _stac_inputs(item: str) -> list[Any]:
     """A STAC item (path or URL) is one scene; a static catalog or collection, each of its items."""
     import pystac
@@ -346,11 +398,19 @@ def _stac_inputs(item: str) -> list[Any]:
 def _scene_inputs(items: list[str]) -> list[Any]:
     """The rasters named on the command line; a folder stands for the rasters directly in it.
     A URL is a remote raster; a STAC item (.json) a scene, a STAC catalog its items."""
+    from napari_sam3.imagery.basemap import is_basemap, parse_basemap
     from napari_sam3.imagery.remote import is_remote
     from napari_sam3.imagery.stac import is_stac
 
     found: list[Any] = []
     for item in items:
+        if is_basemap(item):
+            try:
+                parse_basemap(item)
+            except RefusedError as error:
+                raise UsageError(str(error)) from None
+            found.append(_BasemapInput(item))
+            continue
         if is_stac(item):
             found += _stac_inputs(item)
             continue
@@ -720,6 +780,10 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     """--workers / --dask / --resume: one dask task per scene into the --out folder."""
     from napari_sam3.scene.batch import FolderLocked, segment_scenes
 
+    if any(isinstance(p, _BasemapInput) for p in inputs):
+        raise UsageError("a basemap runs on its own: leave out --workers/--dask (and --resume "
+                         "into a folder), or give --out a file")  # fmt: skip
+
     spec, plan = _batch_plan(args, inputs)
 
     def report(path: Path, status: str, detail: Any) -> None:
@@ -775,6 +839,11 @@ def _segment_tiles_on_cluster(args: argparse.Namespace, inputs: list[Any]) -> in
 
 
 def cmd_segment(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:  # the basemaps' folders, removed after the run
+        return _cmd_segment(args, stack)
+
+
+def _cmd_segment(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     folder = not Path(args.out).suffix
     try:
         inputs = _inputs(args)
@@ -809,6 +878,7 @@ def _segment_serial(args: argparse.Namespace, inputs: list[Any], cluster: Any = 
         _check_journals(targets, args.overwrite, args.resume)
         settings = _scene_settings(args)
         _check_keywords(args)
+        inputs = _open_basemaps(args, inputs, settings, stack)
         client, concepts = _load_model(args)
         query = _with_exemplars(args, client, _query(args, concepts), inputs, settings)
     except UsageError as error:
@@ -901,6 +971,75 @@ def _segment_serial(args: argparse.Namespace, inputs: list[Any], cluster: Any = 
     return EXIT_FAILED if failures else EXIT_OK
 
 
+# ----------------------------------------------------------------------------- basemap
+
+
+def cmd_basemap(args: argparse.Namespace) -> int:
+    """Write the VRT of a basemap's tiles over --bbox into the --out folder (with the service's
+    description and a bounded tile cache): a raster file napari and QGIS open as a layer, and
+    `segment` or QGIS's algorithms take, its service and attribution recorded."""
+    from napari_sam3.imagery.basemap import is_basemap, open_basemap
+    from napari_sam3.scene.aoi import AoiError, aoi_extent
+
+    out = Path(args.out)
+    try:
+        if not is_basemap(args.source):
+            raise UsageError(f"{args.source} is not a basemap: give an XYZ URL template "
+                             "(https://host/{z}/{x}/{y}.png), WMS:URL, WMTS:URL or a GDAL WMS .xml")  # fmt: skip
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+            raise UsageError(
+                f"--out {out} exists and is not empty; give a new folder or --overwrite"
+            )
+        if args.cache_mib <= 0:
+            raise UsageError(f"--cache-mib must be positive, got {args.cache_mib}")
+        try:
+            area = aoi_extent(args.bbox)
+        except AoiError as error:
+            raise UsageError(str(error)) from None
+        options = {"zoom": args.zoom, "gsd": args.gsd, "attribution": args.attribution}
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            vrt = open_basemap(
+                args.source, area, out, cache_bytes=args.cache_mib * 2**20, **options
+            )
+        except RefusedError as error:
+            raise UsageError(str(error)) from None
+    except UsageError as error:
+        print(f"napari-sam3: {error}", file=sys.stderr)
+        return RefusedError.exit_code
+    args.written.append(vrt)
+    from napari_sam3.imagery.raster import raster_info
+
+    info = raster_info(vrt)
+    print(f"napari-sam3: wrote {vrt}: {info.cols} x {info.rows} pixels of "
+          f"{abs(info.transform.a):g} in {info.crs.to_string()} (tiles cached in {out / 'cache'}, "
+          f"at most {args.cache_mib} MiB)")  # fmt: skip
+    return EXIT_OK
+
+
+def _add_basemap_parser(sub: Any) -> None:
+    basemap = sub.add_parser(
+        "basemap",
+        help="write a basemap's tiles over an area as a VRT raster (napari, QGIS, segment)",
+        description="Cut a basemap service (an XYZ URL template, WMS:URL, WMTS:URL or a GDAL "
+        "WMS .xml file) to an area: a VRT of the service's own pixels there, read on demand "
+        "through a tile cache of bounded size in the same folder.",
+    )
+    basemap.add_argument("source", help="https://host/{z}/{x}/{y}.png, WMS:URL, WMTS:URL, FILE.xml")
+    basemap.add_argument("--bbox", required=True, metavar="MINX,MINY,MAXX,MAXY[,CRS]",
+                         help="the area (default CRS EPSG:4326), or a vector file's bounds")  # fmt: skip
+    basemap.add_argument("--zoom", type=int, metavar="Z", help="XYZ: the zoom level to read")
+    basemap.add_argument("--gsd", type=float, metavar="METRES",
+                         help="XYZ: the coarsest zoom this fine; WMS: the pixel size asked for")  # fmt: skip
+    basemap.add_argument("--attribution", metavar="TEXT",
+                         help="the service's attribution (default: what it declares)")  # fmt: skip
+    basemap.add_argument("--cache-mib", type=int, default=256, metavar="MIB",
+                         help="the tile cache's bound (default 256)")  # fmt: skip
+    basemap.add_argument("--out", required=True, help="a new folder")
+    basemap.add_argument("--overwrite", action="store_true", help="write into a folder in use")
+    basemap.set_defaults(run=cmd_basemap)
+
+
 # ----------------------------------------------------------------------------- change
 
 
@@ -922,6 +1061,9 @@ def cmd_change(args: argparse.Namespace) -> int:
             found = _scene_inputs([item])
             if len(found) != 1 or Path(item).is_dir():
                 raise UsageError(f"{item}: give one scene per date (a raster, URL or STAC item)")
+            if isinstance(found[0], _BasemapInput):
+                raise UsageError(f"{item}: write a basemap's area first (napari-sam3 basemap "
+                                 "... --out DIR) and give its .vrt")  # fmt: skip
             inputs += found
         out = Path(args.out)
         if not out.parent.is_dir():
@@ -1166,8 +1308,9 @@ def build_parser() -> argparse.ArgumentParser:
         "rasters",
         nargs="*",
         metavar="RASTER",
-        help="raster files, folders, http(s) URLs of COGs, or STAC items/catalogs (.json path or "
-        "URL); or none, with --stac",
+        help="raster files, folders, http(s) URLs of COGs, STAC items/catalogs (.json path or "
+        "URL), or a basemap with --bbox: an XYZ tile URL https://host/{z}/{x}/{y}.png, WMS:URL, "
+        "WMTS:URL or a GDAL WMS .xml file; or none, with --stac",
     )
     _add_query_options(segment)
     model = segment.add_mutually_exclusive_group(required=True)
@@ -1212,6 +1355,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="METRES",
         help="resample so that one model pixel covers METRES on the ground (up for small "
         "objects, down for large ones); default: the raster's own pixels",
+    )
+    area.add_argument(
+        "--zoom",
+        type=int,
+        metavar="Z",
+        help="XYZ basemaps: the zoom level whose tiles are read (default: the coarsest whose "
+        "pixels are no larger than --gsd)",
+    )
+    area.add_argument(
+        "--attribution",
+        metavar="TEXT",
+        help="basemaps: the service's attribution, recorded in every output (default: what the "
+        "service declares)",
     )
     area.add_argument(
         "--assets",
@@ -1283,6 +1439,7 @@ def build_parser() -> argparse.ArgumentParser:
     segment.set_defaults(run=cmd_segment)
 
     _add_change_parser(sub)
+    _add_basemap_parser(sub)
 
     info = sub.add_parser(
         "info",

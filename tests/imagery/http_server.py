@@ -27,7 +27,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
-_CONTENT_TYPES = {".json": "application/json", ".tif": "image/tiff", ".html": "text/html"}
+_CONTENT_TYPES = {
+    ".json": "application/json",
+    ".tif": "image/tiff",
+    ".html": "text/html",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".xml": "text/xml",
+}
 
 
 # What a fault does to one request (every one answers with the file's real bytes, or none):
@@ -162,6 +169,32 @@ class _Script:
         return None
 
 
+def _get_map(raster: Path, request: str) -> bytes:
+    """A minimal WMS GetMap (the parameters GDAL's WMS driver sends): ``BBOX`` (minx, miny,
+    maxx, maxy in the raster's CRS), ``WIDTH``, ``HEIGHT``; the raster's pixels there (nearest),
+    transparent outside it, as a PNG. ``/wms`` answers it when the folder holds ``wms.tif``."""
+    from urllib.parse import parse_qs, urlparse
+
+    import numpy as np
+    import rasterio
+    from rasterio.enums import Resampling
+    from rasterio.io import MemoryFile
+    from rasterio.windows import from_bounds
+
+    query = {k.upper(): v[0] for k, v in parse_qs(urlparse(request).query).items()}
+    minx, miny, maxx, maxy = (float(v) for v in query["BBOX"].split(","))
+    width, height = int(query["WIDTH"]), int(query["HEIGHT"])
+    with rasterio.open(raster) as src:
+        window = from_bounds(minx, miny, maxx, maxy, src.transform)
+        data = src.read(window=window, out_shape=(src.count, height, width), boundless=True,
+                        fill_value=0, resampling=Resampling.nearest)  # fmt: skip
+    with MemoryFile() as memory:
+        with memory.open(driver="PNG", count=data.shape[0], height=height, width=width,
+                         dtype=np.uint8) as png:  # fmt: skip
+            png.write(data)
+        return memory.read()
+
+
 def _serve(root: Path) -> None:
     state = {
         "served": Counter(),
@@ -226,6 +259,8 @@ def _serve(root: Path) -> None:
                 return self.end_headers()
             if token and self.headers.get("Authorization") != f"Bearer {token}":
                 return self._status(401)
+            if path == "/wms" and (root / "wms.tif").is_file():
+                return self._send(200, _get_map(root / "wms.tif", self.path), "image/png")
             file = root / path.lstrip("/")
             if not path.strip("/") or not file.is_file() or ".." in path:
                 return self._status(404)

@@ -102,6 +102,10 @@ def main(profile: str, runs_file: str) -> int:
         out.update(warnings=feedback.warnings, errors=feedback.errors)
         for key, value in saved.items():
             settings.setValue(key, value)
+        # the layers the run opened (INPUT) are closed now, while GDAL is whole: a GDAL WMS
+        # dataset (a basemap VRT) left to exitQgis crashed the process on its way out
+        context.temporaryLayerStore().removeAllMapLayers()
+        del context
         print(json.dumps(out), flush=True)
     plugin.unload()
     app.exitQgis()

@@ -4,6 +4,7 @@ and tests name them from here."""
 from __future__ import annotations
 
 __all__ = [
+    "BASEMAP_COLUMNS",
     "CHANGE_COLUMNS",
     "FEATURE_COLUMNS",
     "HISTORY_COLUMNS",
@@ -19,6 +20,9 @@ RESULT_COLUMNS = ["box", "score", "mask", "keyword", "prompt_kind"]
 SCENE_COLUMNS = [*RESULT_COLUMNS, "tile", "merged", "source", "gsd"]
 # add_provenance (gis/vector.py): the model, carried into every output
 PROVENANCE_COLUMNS = ["model_id", "random_weights", "checkpoint"]
+# add_provenance too, for a scene read from a basemap service (imagery/basemap.py): the service
+# (its URL template or endpoint) and its attribution, which the service's terms usually require
+BASEMAP_COLUMNS = ["service", "attribution"]
 # to_geodataframe (gis/vector.py): these first, then every other scalar column, then geometry
 POLYGON_COLUMNS = [
     "label_id",

@@ -47,7 +47,7 @@ from rasterio.shutil import copy as rio_copy
 from rasterio.transform import Affine
 from shapely.geometry import MultiPolygon, shape
 
-from napari_sam3.core.columns import POLYGON_COLUMNS, SCENE_COLUMNS
+from napari_sam3.core.columns import BASEMAP_COLUMNS, POLYGON_COLUMNS, SCENE_COLUMNS
 from napari_sam3.core.errors import InvalidInput, InvalidType, MissingFile, OutputExists
 from napari_sam3.core.files import atomic_path, disk_errors
 from napari_sam3.core.formats import LABEL_SUFFIXES, OUTPUT_FORMATS, VECTOR_FORMATS
@@ -188,12 +188,20 @@ def to_geodataframe(
 
 def add_provenance(df: pd.DataFrame, manifest: Any) -> pd.DataFrame:
     """``df`` with the model's ``model_id``, ``random_weights`` and ``checkpoint`` as columns
-    (from a :class:`~napari_sam3.core.contract.Manifest` or a client), carried into every output."""
+    (from a :class:`~napari_sam3.core.contract.Manifest` or a client), carried into every output;
+    for a scene read from a basemap (``df.attrs["scene"]["path"]``), the service and its
+    attribution too (:data:`~napari_sam3.core.columns.BASEMAP_COLUMNS`)."""
+    from napari_sam3.imagery.basemap import basemap_metadata
+
     manifest = getattr(manifest, "manifest", manifest)
     out = df.copy()
     out["model_id"] = str(manifest.model_id)
     out["random_weights"] = bool(manifest.random_weights)
     out["checkpoint"] = manifest.checkpoint or ""
+    basemap = basemap_metadata(df.attrs.get("scene", {}).get("path"))
+    if basemap is not None:
+        for column in BASEMAP_COLUMNS:
+            out[column] = basemap[column]
     return out
 
 

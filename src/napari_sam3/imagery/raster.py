@@ -43,6 +43,7 @@ from rasterio.windows import Window
 from napari_sam3.core import validate
 from napari_sam3.core.errors import BadData, InvalidInput, MissingFile
 from napari_sam3.imagery.bands import BandKey, resolve_bands
+from napari_sam3.imagery.basemap import basemap_error, is_basemap_dataset
 from napari_sam3.imagery.remote import (
     file_name,
     is_remote,
@@ -366,6 +367,8 @@ def open_dataset(
             if pooled is not None:
                 yield _placed(stack, pooled, path)
                 return
+        elif is_basemap_dataset(path):  # a VRT of a tile service: its reads go over the network
+            stack.enter_context(network_env())
         with _OPEN_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
             ds = stack.enter_context(rasterio.open(path, **kwargs))
@@ -507,7 +510,13 @@ def _read_header(path: Source) -> _Header:
 
 def _reading(path: Source, action, reading: str = "open"):
     """``action()``, which opens ``path`` and reads it; a URL's failures are tried again once
-    and named (:func:`~napari_sam3.imagery.remote.retried`), its pooled handle dropped first."""
+    and named (:func:`~napari_sam3.imagery.remote.retried`), its pooled handle dropped first; a
+    basemap's failures name the service and the tile (:func:`~napari_sam3.imagery.basemap.basemap_error`)."""
+    if is_basemap_dataset(path):
+        try:
+            return action()
+        except RasterioError as exc:
+            raise basemap_error(path, exc, reading) from None
     if not is_remote(path):
         return action()
     url = os.fspath(path)

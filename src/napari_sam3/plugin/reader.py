@@ -12,7 +12,7 @@ import numpy as np
 
 from napari_sam3.plugin.georef import affine_list, crs_text, transform_kwargs
 
-SUFFIXES = (".tif", ".tiff", ".jp2", ".j2k")
+SUFFIXES = (".tif", ".tiff", ".jp2", ".j2k", ".vrt")
 
 
 SAM3_KEY = "sam3"

@@ -23,7 +23,15 @@ from napari_sam3.core.formats import VECTOR_INPUTS, read_vector_file
 from napari_sam3.imagery.raster import RasterInfo
 from napari_sam3.scene.tiles import Tile
 
-__all__ = ["AoiError", "Bbox", "aoi_window", "lonlat_bounds", "parse_bbox", "tiles_touching"]
+__all__ = [
+    "AoiError",
+    "Bbox",
+    "aoi_extent",
+    "aoi_window",
+    "lonlat_bounds",
+    "parse_bbox",
+    "tiles_touching",
+]
 
 DEFAULT_CRS = "EPSG:4326"
 Window = tuple[int, int, int, int]  # r0, c0, r1, c1 (ends exclusive)
@@ -108,6 +116,21 @@ def aoi_window(aoi: Any, info: RasterInfo) -> Window:
             f"{_text(_scene_bounds(info, crs))} in {crs}; check the coordinates and their CRS"
         )
     return r0, c0, r1, c1
+
+
+def aoi_extent(aoi: Any) -> tuple[tuple[float, float, float, float], str]:
+    """The AOI's bounds in its own CRS, and that CRS: what a source without a grid of its own
+    yet (a basemap service, :mod:`napari_sam3.imagery.basemap`) is cut to."""
+    if isinstance(aoi, str) and not _is_file(aoi):
+        aoi = parse_bbox(aoi)
+    if isinstance(aoi, Bbox):
+        return aoi.bounds, aoi.crs
+    frame, label = _vector(aoi)
+    if frame.crs is None:
+        raise AoiError(f"{label} has no CRS; give the area of interest a CRS")
+    if frame.empty or frame.geometry.is_empty.all():
+        raise AoiError(f"{label} holds no geometry")
+    return tuple(float(v) for v in frame.total_bounds), frame.crs.to_string()
 
 
 def lonlat_bounds(aoi: Any) -> tuple[float, float, float, float]:
