@@ -780,10 +780,7 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     """--workers / --dask / --resume: one dask task per scene into the --out folder."""
     from napari_sam3.scene.batch import FolderLocked, segment_scenes
 
-    if any(isinstance(p, _BasemapInput) for p in inputs):
-        raise UsageError("a basemap runs on its own: leave out --workers/--dask (and --resume "
-                         "into a folder), or give --out a file")  # fmt: skip
-
+    _refuse_basemaps(inputs)
     spec, plan = _batch_plan(args, inputs)
 
     def report(path: Path, status: str, detail: Any) -> None:
@@ -814,13 +811,25 @@ def _segment_batch(args: argparse.Namespace, inputs: list[Path]) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def _segment_tiles_on_cluster(args: argparse.Namespace, inputs: list[Any]) -> int:
+def _refuse_basemaps(inputs: list[Any]) -> None:
+    """A basemap's VRT and tile cache live in this process's temporary folder: no workers."""
+    if any(isinstance(p, _BasemapInput) for p in inputs):
+        raise UsageError(
+            "a basemap runs in this process: leave out --workers/--dask (and --resume into a "
+            "folder), or write its area with napari-sam3 basemap ... --out DIR and give the .vrt"
+        )
+
+
+def _segment_tiles_on_cluster(
+    args: argparse.Namespace, inputs: list[Any], stack: contextlib.ExitStack
+) -> int:
     """--workers / --dask with --out FILE: one raster, its tiles spread over the workers
     (:mod:`napari_sam3.scene.cluster`), merged and written here as the serial run writes it."""
     from napari_sam3.scene.batch import worker_budget
     from napari_sam3.scene.cluster import SceneCluster, dask_client
 
     try:
+        _refuse_basemaps(inputs)
         if len(inputs) != 1:
             raise UsageError(
                 "--workers/--dask with --out FILE spread one raster's tiles over the workers: "
@@ -835,7 +844,7 @@ def _segment_tiles_on_cluster(args: argparse.Namespace, inputs: list[Any]) -> in
     if args.workers is not None and args.memory_budget is None:  # the machine's, shared
         args.memory_budget = str(worker_budget(args.workers))
     with dask_client(args.workers, args.dask) as dask:
-        return _segment_serial(args, inputs, SceneCluster(dask, spec))
+        return _segment_serial(args, inputs, stack, SceneCluster(dask, spec))
 
 
 def cmd_segment(args: argparse.Namespace) -> int:
@@ -854,18 +863,21 @@ def _cmd_segment(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         print("napari-sam3: the search found no items: nothing to segment, nothing written")
         return EXIT_OK
     if (args.workers is not None or args.dask) and not folder:
-        return _segment_tiles_on_cluster(args, inputs)
+        return _segment_tiles_on_cluster(args, inputs, stack)
     if args.workers is not None or args.dask or (args.resume and folder):
         try:
             return _segment_batch(args, inputs)
         except UsageError as error:
             print(f"napari-sam3: {error}", file=sys.stderr)
             return RefusedError.exit_code
-    return _segment_serial(args, inputs)
+    return _segment_serial(args, inputs, stack)
 
 
-def _segment_serial(args: argparse.Namespace, inputs: list[Any], cluster: Any = None) -> int:
-    """The scenes one after another in this process (``cluster``: each one's tiles as its tasks)."""
+def _segment_serial(
+    args: argparse.Namespace, inputs: list[Any], stack: contextlib.ExitStack, cluster: Any = None
+) -> int:
+    """The scenes one after another in this process (``cluster``: each one's tiles as its tasks;
+    ``stack`` holds the basemaps' folders)."""
     try:
         targets, merged = _plan_outputs(
             inputs, args.out, args.format, args.overwrite, _protected(args, inputs)

@@ -18,7 +18,7 @@ def test_manifest_is_valid_and_imports():
     manifest.validate_imports()
     assert manifest.name == "napari-sam3"
     widgets = {w.display_name for w in manifest.contributions.widgets}
-    assert widgets == {"SAM3", "Results"}
+    assert widgets == {"SAM3", "Results", "STAC search"}
     readers = {r.command: r for r in manifest.contributions.readers}
     assert set(readers) == {"napari-sam3.get_reader", "napari-sam3.get_vector_reader"}
     for name in ("T33UUU_B04.jp2", "scene.tif", "scene.tiff"):
