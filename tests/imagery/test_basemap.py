@@ -229,7 +229,11 @@ def test_change_and_workers_refuse_a_basemap(tmp_path, capsys):
     assert code == 2 and "napari-sam3 basemap" in capsys.readouterr().err
     code = main(["segment", url, "--models", str(tmp_path), "--prompt", "building", "--bbox",
                  "14.2,52.3,14.4,52.5", "--zoom", "12", "--workers", "2", "--out", str(tmp_path)])  # fmt: skip
-    assert code == 2 and "on its own" in capsys.readouterr().err
+    assert code == 2 and "runs in this process" in capsys.readouterr().err
+    code = main(["segment", url, "--models", str(tmp_path), "--prompt", "building", "--bbox",
+                 "14.2,52.3,14.4,52.5", "--zoom", "12", "--workers", "2",
+                 "--out", str(tmp_path / "one.gpkg")])  # fmt: skip
+    assert code == 2 and "runs in this process" in capsys.readouterr().err  # tiles on workers
     code = main(["segment", url, "--models", str(tmp_path), "--prompt", "building", "--bbox",
                  "14.2,52.3,14.4,52.5", "--zoom", "12", "--resume", "--out", str(tmp_path / "r.gpkg")])  # fmt: skip
     assert code == 2 and "napari-sam3 basemap" in capsys.readouterr().err
