@@ -1198,17 +1198,7 @@ def _add_change_parser(sub: Any) -> None:
     change.add_argument(
         "--dedup", type=float, default=0.85, help="overlap that makes a duplicate (default 0.85)"
     )
-    post = change.add_argument_group("vector post-processing (off by default)")
-    post.add_argument("--min-area-m2", type=float, help="drop polygons smaller than this (m2)")
-    post.add_argument("--min-area-px", type=int, help="drop masks of fewer pixels")
-    post.add_argument("--fill-holes", action="store_true", help="fill holes in polygons")
-    post.add_argument(
-        "--regularize", action="store_true", help="square building outlines (buildingregulariser)"
-    )
-    post.add_argument("--smooth", action="store_true", help="smooth pixel edges (smoothify)")
-    post.add_argument(
-        "--simplify-m", type=float, help="simplify after the above, tolerance in CRS units"
-    )
+    _add_postprocess_options(change)
     change.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_server_options(change)
     _add_runtime_options(change)
@@ -1254,6 +1244,21 @@ def _describe_raster(args: argparse.Namespace) -> int:
     )
     print("\n".join(lines), flush=True)
     return EXIT_OK
+
+
+def _add_postprocess_options(parser: argparse.ArgumentParser) -> None:
+    """The vector post-processing options `segment` and `change` share."""
+    post = parser.add_argument_group("vector post-processing (off by default)")
+    post.add_argument("--min-area-m2", type=float, help="drop polygons smaller than this (m2)")
+    post.add_argument("--min-area-px", type=int, help="drop masks of fewer pixels")
+    post.add_argument("--fill-holes", action="store_true", help="fill holes in polygons")
+    post.add_argument(
+        "--regularize", action="store_true", help="square building outlines (buildingregulariser)"
+    )
+    post.add_argument("--smooth", action="store_true", help="smooth pixel edges (smoothify)")
+    post.add_argument(
+        "--simplify-m", type=float, help="simplify after the above, tolerance in CRS units"
+    )
 
 
 def _add_query_options(parser: argparse.ArgumentParser) -> None:
@@ -1417,17 +1422,7 @@ def build_parser() -> argparse.ArgumentParser:
     segment.add_argument(
         "--simplify", type=float, default=0.0, help="polygon simplification, pixels (default 0)"
     )
-    post = segment.add_argument_group("vector post-processing (off by default)")
-    post.add_argument("--min-area-m2", type=float, help="drop polygons smaller than this (m2)")
-    post.add_argument("--min-area-px", type=int, help="drop masks of fewer pixels")
-    post.add_argument("--fill-holes", action="store_true", help="fill holes in polygons")
-    post.add_argument(
-        "--regularize", action="store_true", help="square building outlines (buildingregulariser)"
-    )
-    post.add_argument("--smooth", action="store_true", help="smooth pixel edges (smoothify)")
-    post.add_argument(
-        "--simplify-m", type=float, help="simplify after the above, tolerance in CRS units"
-    )
+    _add_postprocess_options(segment)
     segment.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_server_options(segment)
     _add_runtime_options(segment)

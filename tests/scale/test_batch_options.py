@@ -317,6 +317,8 @@ NOT_FOR_WORKERS = {
         ("--stac", "--collections", "--datetime", "--filter", "--max-items"),
         "the search, made before the run (tests/imagery/test_stac_search.py)",
     ),
+    # a basemap runs in this process only (refused on workers: tests/imagery/test_basemap.py)
+    **dict.fromkeys(("--zoom", "--attribution"), "basemaps, which the parallel path refuses"),
 }
 
 

@@ -10,9 +10,7 @@ table lists them (its Show filter picks one class), and can delete, merge or exp
 
 from __future__ import annotations
 
-import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ from napari_sam3.core.errors import InvalidInput
 from napari_sam3.plugin.widgets import _layers
 from napari_sam3.plugin.widgets._common import Sam3Widget, number, reports_errors, scene_combo
 from napari_sam3.plugin.widgets._fields import add_threshold_fields, bands_field, query
-from napari_sam3.plugin.widgets.scene import SUFFIXES, SceneCancelled, default_bands, layer_source
+from napari_sam3.plugin.widgets.scene import SUFFIXES, default_bands, layer_source, tile_work
 from napari_sam3.prompts.keywords import parse_keywords
 
 # the classes shown, and whether their layer starts visible (same: there, but hidden)
@@ -37,27 +35,9 @@ def change_work(client, sources, cancel: threading.Event, query, settings, optio
     `change_between`'s (table, summary); `cancel` stops it after the tile in progress."""
     from napari_sam3.change import change_between
 
-    updates: queue.Queue = queue.Queue()
-
-    def progress(done: int, total: int) -> None:
-        if cancel.is_set():
-            raise SceneCancelled("cancelled")
-        updates.put((done, total))
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(
-            change_between, client, sources, query, settings, progress=progress, **options
-        )
-        try:
-            while not (future.done() and updates.empty()):
-                try:
-                    yield updates.get(timeout=0.05)
-                except queue.Empty:
-                    pass
-        finally:
-            if not future.done():
-                cancel.set()
-        return future.result()
+    return (
+        yield from tile_work(change_between, cancel, client, sources, query, settings, **options)
+    )
 
 
 def change_layers(table, grid_source) -> list[tuple[np.ndarray, dict, str]]:

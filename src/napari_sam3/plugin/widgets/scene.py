@@ -101,14 +101,11 @@ def region_aoi(region, layer, source):
     return Bbox(*box, crs=info.crs.to_string())
 
 
-def scene_work(client, source, cancel: threading.Event, tiles: int, query, settings):
-    """Generator for the widget's job: yields (tiles done, tiles) and returns the DataFrame.
-
-    `segment_scene` runs in a thread of its own; its progress callback forwards every tile here
-    and raises `SceneCancelled` once `cancel` is set.
-    """
-    from napari_sam3.scene import segment_scene
-
+def tile_work(run, cancel: threading.Event, *args, **kwargs):
+    """Generator for a widget's job: runs ``run(*args, progress=..., **kwargs)`` (a library call
+    that reports tiles) in a thread of its own, yields each (tiles done, tiles) it reports and
+    returns its result; the progress callback raises `SceneCancelled` once `cancel` is set, and
+    closing the generator sets it (the run stops at the next tile)."""
     updates: queue.Queue = queue.Queue()
 
     def progress(done: int, total: int) -> None:
@@ -116,9 +113,8 @@ def scene_work(client, source, cancel: threading.Event, tiles: int, query, setti
             raise SceneCancelled("cancelled")
         updates.put((done, total))
 
-    yield (0, tiles)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(segment_scene, client, source, query, settings, progress=progress)
+        future = pool.submit(run, *args, progress=progress, **kwargs)
         try:
             while not (future.done() and updates.empty()):
                 try:
@@ -126,9 +122,18 @@ def scene_work(client, source, cancel: threading.Event, tiles: int, query, setti
                 except queue.Empty:
                     pass
         finally:
-            if not future.done():  # the generator was closed: stop at the next tile
+            if not future.done():
                 cancel.set()
         return future.result()
+
+
+def scene_work(client, source, cancel: threading.Event, tiles: int, query, settings):
+    """Generator for the Scene widget's job: (0, tiles) first, then `segment_scene`'s tiles
+    (`tile_work`); returns the DataFrame."""
+    from napari_sam3.scene import segment_scene
+
+    yield (0, tiles)
+    return (yield from tile_work(segment_scene, cancel, client, source, query, settings))
 
 
 class SceneWidget(Sam3Widget):
