@@ -9,6 +9,7 @@ model failed with "image_id ... is not the key of the pixels" (and stayed broken
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import warnings
@@ -402,6 +403,7 @@ def test_a_server_restarted_on_another_model_mid_scene_stops_the_run(
     stops with ModelChanged (no output mixing two models) instead of following the server."""
     from napari_sam3.prompts.query import Query
     from napari_sam3.scene.driver import segment_to_file
+    from napari_sam3.scene.journal import journaled_tiles
 
     if server.repository != tiny_repository.resolve():
         server.restart(tiny_repository)
@@ -428,4 +430,9 @@ def test_a_server_restarted_on_another_model_mid_scene_stops_the_run(
     assert f"stopped after 2 of {total} tiles" in str(error.value), str(error.value)
     assert "nothing was written" in str(error.value)
     assert error.value.tiles_done == (2, total)
-    assert list(out.iterdir()) == []  # no output, no temporary file
+    # no output, no temporary file: the journal of the tiles the first model segmented alone
+    # (the model is checked before a tile is journaled: none of the second model's is kept)
+    (book,) = out.iterdir()
+    assert book.name == "scene.gpkg.napari-sam3-partial"
+    assert journaled_tiles(book) == 2
+    assert json.loads((book / "run.json").read_text())["model"] == old
