@@ -19,6 +19,9 @@ from napari_sam3.runtime.onnx_runner import default_cache_dir
 ROOT = Path(__file__).resolve().parents[2]
 QGIS_PYTHON = "/usr/bin/python3"  # the interpreter Debian's QGIS embeds
 DRIVER = Path(__file__).with_name("processing_driver.py")
+# The Python the plugin's worker runs: this test run's own, or (a development checkout whose
+# napari_sam3 is not the installed one) an interpreter wrapper that puts that checkout first.
+WORKER_PYTHON = os.environ.get("SAM3_TEST_WORKER_PYTHON") or sys.executable
 
 
 def _require_qgis() -> None:
@@ -47,7 +50,7 @@ def qgis_env(tmp_path_factory) -> dict[str, str]:
     )
     (home / "runtime").mkdir(mode=0o700)
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "install_qgis_plugin.sh"), "--python", sys.executable],
+        ["bash", str(ROOT / "scripts" / "install_qgis_plugin.sh"), "--python", WORKER_PYTHON],
         env=env,
         capture_output=True,
         text=True,
