@@ -9,11 +9,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from napari_sam3.core.arguments import ArgumentParser
+
 from .model import SIZES, CheckpointError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="sam3-export",
         description="Export SAM3 (image model) to static-shape fp32 ONNX graphs, "
         "DIR/<model>/1/model.onnx, with DIR/sam3_manifest.json and the Triton model repository.",

