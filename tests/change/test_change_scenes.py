@@ -25,16 +25,7 @@ from napari_sam3.core.errors import InvalidInput
 from napari_sam3.prompts.query import Query
 from napari_sam3.scene.settings import SceneSettings
 
-PAINTED = np.s_[100:160, 120:220]  # rows, cols of the third date painted as fill
-
-
-def write(path, data, transform, crs, nodata=None):
-    profile = dict(driver="GTiff", count=3, dtype=data.dtype, crs=crs, nodata=nodata)
-    with rasterio.open(
-        path, "w", height=data.shape[1], width=data.shape[2], transform=transform, **profile
-    ) as ds:
-        ds.write(data)
-    return path
+from .._rasters import PAINTED, later_date, write_geotiff
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +34,13 @@ def scenes(s2_crop, tmp_path_factory):
     moved with them; d3: d2 with a block painted as nodata."""
     folder = tmp_path_factory.mktemp("change")
     data, t = s2_crop.data, s2_crop.transform
-    shifted = t * Affine.translation(30, 20)
+    d3, shifted = later_date(folder, s2_crop, "d3.tif")
     cut = np.ascontiguousarray(data[:, 20:, 30:])
-    painted = cut.copy()
-    painted[(slice(None), *PAINTED)] = 0
     return {
         "folder": folder,
-        "d1": write(folder / "d1.tif", data, t, s2_crop.crs),
-        "d2": write(folder / "d2.tif", cut, shifted, s2_crop.crs),
-        "d3": write(folder / "d3.tif", painted, shifted, s2_crop.crs, nodata=0),
+        "d1": write_geotiff(folder / "d1.tif", data, t, s2_crop.crs),
+        "d2": write_geotiff(folder / "d2.tif", cut, shifted, s2_crop.crs),
+        "d3": d3,
         "painted": shapely.box(
             *rasterio.transform.array_bounds(
                 PAINTED[0].stop - PAINTED[0].start,
@@ -154,7 +143,7 @@ def query():
 
 
 def test_scenes_that_do_not_overlap_are_refused(scenes, s2_crop, local_client, query, tmp_path):
-    far = write(
+    far = write_geotiff(
         tmp_path / "far.tif",
         s2_crop.data,
         s2_crop.transform * Affine.translation(5000, 0),
@@ -167,7 +156,7 @@ def test_scenes_that_do_not_overlap_are_refused(scenes, s2_crop, local_client, q
 
 
 def test_a_scene_that_cannot_be_placed_is_refused(scenes, s2_crop, local_client, query, tmp_path):
-    mars = write(
+    mars = write_geotiff(
         tmp_path / "mars.tif", s2_crop.data, Affine(0.001, 0, 10, 0, -0.001, 20), "IAU_2015:49900"
     )
     out = tmp_path / "out.gpkg"
@@ -177,7 +166,7 @@ def test_a_scene_that_cannot_be_placed_is_refused(scenes, s2_crop, local_client,
 
 
 def test_a_date_all_fill_is_refused(scenes, s2_crop, local_client, query, tmp_path):
-    empty = write(
+    empty = write_geotiff(
         tmp_path / "empty.tif",
         np.zeros_like(s2_crop.data),
         s2_crop.transform,

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import rasterio
 from rasterio.transform import from_origin
 
 from napari_sam3.imagery.raster import read_raster
+
+from .._rasters import write_geotiff
 
 UTM21 = "EPSG:32621"
 # A 10 m grid in UTM 21N near 45.1 N, 57 W (zone 21's central meridian), so the lon/lat
@@ -18,27 +19,12 @@ UTM21 = "EPSG:32621"
 UTM21_ORIGIN = (500000.0, 5000000.0)
 
 
-def _write(path: Path, data: np.ndarray, crs, transform) -> Path:
-    profile = {
-        "driver": "GTiff",
-        "count": data.shape[0],
-        "height": data.shape[1],
-        "width": data.shape[2],
-        "dtype": data.dtype,
-        "crs": crs,
-        "transform": transform,
-    }
-    with rasterio.open(path, "w", **profile) as ds:
-        ds.write(data)
-    return path
-
-
 @pytest.fixture(scope="session")
 def s2_scene_tif(s2_rgb_paths, tmp_path_factory) -> Path:
     """A 240 x 300 true-colour window of the real scene, on its real grid (EPSG:32633)."""
     raster = read_raster(s2_rgb_paths, window=np.s_[200:440, 300:600])
     path = tmp_path_factory.mktemp("s2") / "s2_window.tif"
-    return _write(path, raster.data, raster.crs, raster.transform)
+    return write_geotiff(path, raster.data, raster.transform, raster.crs)
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +32,7 @@ def utm21_tif(s2_rgb_paths, tmp_path_factory) -> Path:
     """The same kind of window, its pixels placed on a 10 m grid in EPSG:32621."""
     raster = read_raster(s2_rgb_paths, window=np.s_[200:440, 300:600])
     path = tmp_path_factory.mktemp("utm21") / "scene_utm21.tif"
-    return _write(path, raster.data, UTM21, from_origin(*UTM21_ORIGIN, 10, 10))
+    return write_geotiff(path, raster.data, from_origin(*UTM21_ORIGIN, 10, 10), UTM21)
 
 
 @pytest.fixture(scope="session")

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import geopandas as gpd
 import pytest
-import rasterio
 from rasterio.crs import CRS
 from shapely.geometry import box
 
 from napari_sam3.cli import main
 from napari_sam3.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
+
+from .._rasters import write_geotiff
 
 LOCAL_CS = (
     'LOCAL_CS["arbitrary",LOCAL_DATUM["arbitrary",32767],UNIT["metre",1],'
@@ -31,26 +32,19 @@ LOCAL_CS = (
 )
 
 
-def _write(path: Path, data, crs, transform) -> Path:
-    profile = dict(driver="GTiff", count=data.shape[0], height=data.shape[1], dtype="uint16")
-    with rasterio.open(
-        path, "w", width=data.shape[2], crs=crs, transform=transform, **profile
-    ) as ds:
-        ds.write(data)
-    return path
-
-
 @pytest.fixture(scope="module")
 def rasters(s2_rgb_raster, tmp_path_factory) -> Path:
     """Good crops, a 1x1 raster, a broken .tif, and a crop whose CRS is a LOCAL_CS."""
     root = tmp_path_factory.mktemp("mixed")
     data, t, crs = s2_rgb_raster.data, s2_rgb_raster.transform, s2_rgb_raster.crs
-    _write(root / "good_a.tif", data[:, :120, :150], crs, t)
-    _write(root / "good_b.tif", data[:, 200:320, 300:450], crs, t)
-    _write(root / "one_pixel.tif", data[:, :1, :1], crs, t)
+    write_geotiff(root / "good_a.tif", data[:, :120, :150], t, crs, dtype="uint16")
+    write_geotiff(root / "good_b.tif", data[:, 200:320, 300:450], t, crs, dtype="uint16")
+    write_geotiff(root / "one_pixel.tif", data[:, :1, :1], t, crs, dtype="uint16")
     (root / "broken.tif").write_bytes(b"II*\x00" + bytes(range(256)) * 4)
     local = tmp_path_factory.mktemp("local")
-    _write(local / "local.tif", data[:, :120, :150], CRS.from_wkt(LOCAL_CS), t)
+    write_geotiff(
+        local / "local.tif", data[:, :120, :150], t, CRS.from_wkt(LOCAL_CS), dtype="uint16"
+    )
     x0, y1 = t * (20, 20)
     x1, y0 = t * (60, 60)
     gpd.GeoDataFrame(geometry=[box(x0, y0, x1, y1)], crs=crs).to_file(local / "ex.gpkg")

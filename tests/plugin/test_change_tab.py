@@ -10,30 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import rasterio
 from rasterio.transform import Affine
 
+from .._rasters import later_date, write_geotiff
+
 pytestmark = pytest.mark.napari
-
-PAINTED = np.s_[100:160, 120:220]  # rows, cols of the later date painted as nodata
-
-
-def _write(path, data, transform, crs, nodata=None):
-    with rasterio.open(
-        path, "w", driver="GTiff", count=3, height=data.shape[1], width=data.shape[2],
-        dtype=data.dtype, crs=crs, transform=transform, nodata=nodata,
-    ) as ds:  # fmt: skip
-        ds.write(data)
-    return path
 
 
 @pytest.fixture
 def dates(tmp_path, s2_crop):
-    cut = np.ascontiguousarray(s2_crop.data[:, 20:, 30:])
-    cut[(slice(None), *PAINTED)] = 0
-    before = _write(tmp_path / "d1.tif", s2_crop.data, s2_crop.transform, s2_crop.crs)
-    shifted = s2_crop.transform * Affine.translation(30, 20)
-    after = _write(tmp_path / "d2.tif", cut, shifted, s2_crop.crs, nodata=0)
+    before = write_geotiff(tmp_path / "d1.tif", s2_crop.data, s2_crop.transform, s2_crop.crs)
+    after, _ = later_date(tmp_path, s2_crop, "d2.tif")
     return before, after
 
 

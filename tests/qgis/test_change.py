@@ -5,10 +5,8 @@ message."""
 from __future__ import annotations
 
 import geopandas as gpd
-import numpy as np
 import pandas as pd
 import pytest
-import rasterio
 from rasterio.transform import Affine
 
 from napari_sam3.change import CHANGE_CLASSES, change_between
@@ -16,18 +14,8 @@ from napari_sam3.change.style import CHANGE_COLOURS
 from napari_sam3.prompts.query import Query
 from napari_sam3.scene.settings import SceneSettings
 
+from .._rasters import later_date, write_geotiff
 from .conftest import processing_run
-
-PAINTED = np.s_[100:160, 120:220]  # rows, cols of the later date painted as fill
-
-
-def _write(path, data, transform, crs, nodata=None):
-    with rasterio.open(
-        path, "w", driver="GTiff", count=3, height=data.shape[1], width=data.shape[2],
-        dtype=data.dtype, crs=crs, transform=transform, nodata=nodata,
-    ) as ds:  # fmt: skip
-        ds.write(data)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +23,12 @@ def dates(s2_crop, s2_tif, tmp_path_factory):
     """before: s2.tif; after: its pixels cut by 20 rows and 30 columns (a grid whose origin
     moved with them) with a block painted as nodata; far: a raster 100 km away."""
     folder = tmp_path_factory.mktemp("change_dates")
-    cut = np.ascontiguousarray(s2_crop.data[:, 20:, 30:])
-    cut[(slice(None), *PAINTED)] = 0
-    shifted = s2_crop.transform * Affine.translation(30, 20)
+    after, _ = later_date(folder, s2_crop)
     far = Affine.translation(100_000, 0) * s2_crop.transform
     return {
         "before": s2_tif,
-        "after": _write(folder / "after.tif", cut, shifted, s2_crop.crs, nodata=0),
-        "far": _write(folder / "far.tif", s2_crop.data, far, s2_crop.crs),
+        "after": after,
+        "far": write_geotiff(folder / "far.tif", s2_crop.data, far, s2_crop.crs),
         "folder": folder,
     }
 
