@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import rasterio
-from rasterio.transform import Affine
+from rasterio.transform import Affine, from_origin
 
+# a 10 m grid in UTM 33N, where rasters made from arrays are placed by default
+TEN_METRES = from_origin(300000, 5800000, 10, 10)
 # rows, cols of the later date painted as fill (nodata 0)
 PAINTED = np.s_[100:160, 120:220]
 

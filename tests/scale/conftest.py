@@ -6,19 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import rasterio
-from rasterio.transform import from_origin
 
+from .. import _rasters
+from .._rasters import TEN_METRES
 from .._required import require
 
 
 def write_geotiff(path: Path, data: np.ndarray, crs: str = "EPSG:32633", transform=None) -> Path:
     """A bands-first array as a GeoTIFF (10 m pixels unless `transform` is given)."""
-    transform = transform or from_origin(300000, 5800000, 10, 10)
-    profile = dict(driver="GTiff", count=data.shape[0], height=data.shape[1], width=data.shape[2])
-    with rasterio.open(path, "w", dtype=data.dtype, crs=crs, transform=transform, **profile) as ds:
-        ds.write(data)
-    return path
+    return _rasters.write_geotiff(path, data, transform or TEN_METRES, crs)
 
 
 @pytest.fixture

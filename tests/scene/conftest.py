@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import types
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import rasterio
-import rasterio.errors
-from rasterio.transform import from_origin
 
 from napari_sam3.client.results import empty_result
+
+from .. import _rasters
+from .._rasters import TEN_METRES
 
 UTM33 = "EPSG:32633"
 
@@ -26,21 +25,7 @@ def write_geotiff(
     nodata: float | None = None,
 ) -> Path:
     """A bands-first array as a GeoTIFF on a 10 m grid (no georeferencing when crs is None)."""
-    profile = {
-        "driver": "GTiff",
-        "count": data.shape[0],
-        "height": data.shape[1],
-        "width": data.shape[2],
-        "dtype": data.dtype,
-        "nodata": nodata,
-    }
-    if crs is not None:
-        profile.update(crs=crs, transform=from_origin(300000, 5800000, 10, 10))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
-        with rasterio.open(path, "w", **profile) as ds:
-            ds.write(data)
-    return path
+    return _rasters.write_geotiff(path, data, TEN_METRES, crs, nodata=nodata)
 
 
 class StubClient:
