@@ -176,6 +176,8 @@ def test_a_wrong_template_is_a_clear_error_naming_the_url(mosaic, tile_server, t
     [
         ([], "--bbox"),  # a basemap covers the world
         (["--bbox", "14.2,52.3,14.4,52.5"], "--zoom"),  # no resolution
+        # the service's grid ends at the antimeridian: each side on its own, never the world
+        (["--bbox", "179.5,-17.2,-179.6,-16.1", "--zoom", "12"], "179.5..180 and -180..-179.6"),
     ],
 )
 def test_a_basemap_without_an_area_or_a_resolution_is_refused(extra, says, tmp_path, capsys):

@@ -181,7 +181,8 @@ def test_credentials_come_from_the_environment(cog_server, monkeypatch):
 @pytest.mark.parametrize(
     ("bbox", "message"),
     [
-        ("14.2,52.3,14.1,52.5", "minx must be below maxx"),
+        ("14.2,52.3,14.1,52.5", "were swapped"),  # west above east by 359.9 degrees
+        ("14.2,52.3,14.2,52.5", "minx must be below maxx"),
         ("14.2,52.3,14.4", "give minx,miny,maxx,maxy"),
         ("a,b,c,d", "must be numbers"),
         ("14.2,95,14.4,96", "not longitude/latitude"),

@@ -411,3 +411,31 @@ def test_the_napari_search_form_lists_the_items_in_view_and_opens_one_lazily(
     assert [layer.name.split()[-1] for layer in opened] == list(BANDS)
     assert all(layer.multiscale and layer.data[0].shape == (768, 1536) for layer in opened)
     assert sum(cog_server.served.values()) < scene_bytes / 2  # overviews, not the scene
+
+
+def _footprint_item(item_id: str, west: float, east: float) -> dict:
+    box = shapely.box(west, -17.3, east, -16.0)
+    return {
+        "type": "Feature", "stac_version": "1.0.0", "id": item_id, "collection": "demo",
+        "bbox": list(box.bounds), "geometry": shapely.geometry.mapping(box),
+        "properties": {"datetime": "2024-06-01T00:00:00Z"}, "assets": {}, "links": [],
+    }  # fmt: skip
+
+
+def test_a_search_across_the_antimeridian_finds_what_lies_either_side(tmp_path):
+    """West above east is read as crossing the antimeridian (the STAC API's own convention),
+    sent as the two sides so every server reads it alike; a west above east spanning half the
+    globe is two numbers swapped, refused."""
+    items = [
+        _footprint_item("fiji_west", 179.3, 180.0),
+        _footprint_item("fiji_east", -180.0, -179.4),
+        _footprint_item("greenwich", -0.5, 0.5),
+        _footprint_item("east_of_fiji", -170.0, -169.0),
+    ]
+    with StacApiServer(tmp_path / "api", items) as api:
+        across = search_items(api.url, "demo", bbox=[179.5, -17.2, -179.6, -16.1])
+        assert sorted(i.id for i in across.items) == ["fiji_east", "fiji_west"]
+        west_only = search_items(api.url, "demo", bbox=[179.5, -17.2, 179.9, -16.1])
+        assert [i.id for i in west_only.items] == ["fiji_west"]
+        with pytest.raises(InvalidInput, match="swapped"):
+            search_items(api.url, "demo", bbox=[10.0, -17.2, 9.0, -16.1])

@@ -141,8 +141,10 @@ def test_aoi_errors(objects_tif, geotiff, tmp_path):
     info = raster_info(objects_tif)
     with pytest.raises(AoiError, match="outside the scene"):
         aoi_window(Bbox(0, 0, 1, 1), info)
-    with pytest.raises(AoiError, match="minx must be below maxx"):
+    with pytest.raises(AoiError, match="swapped"):  # in degrees, west above east: see below
         aoi_window((5, 5, 1, 6), info)
+    with pytest.raises(AoiError, match="minx must be below maxx"):
+        aoi_window((5, 5, 1, 6, "EPSG:32633"), info)
     with pytest.raises(AoiError, match="four numbers"):
         aoi_window(("a", 1, 2, 3), info)
     with pytest.raises(AoiError, match="no such file"):

@@ -212,6 +212,12 @@ def open_basemap(
         dataset = basemap.text
     crs, transform, size, count, declared = _service_grid(basemap, dataset)
     bounds, area_crs = area
+    if bounds[0] > bounds[2]:  # longitudes across the antimeridian (scene/aoi.py's Bbox)
+        raise InvalidInput(
+            f"the area {bounds} crosses the antimeridian, where a basemap service's grid ends "
+            f"(and the map is cut): write each side as its own area, {bounds[0]:g}..180 and "
+            f"-180..{bounds[2]:g}, one basemap each"
+        )
     try:
         box = transform_bounds(CRS.from_user_input(area_crs), crs, *bounds, densify_pts=21)
     except (RasterioError, ValueError) as error:

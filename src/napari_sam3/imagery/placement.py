@@ -16,7 +16,25 @@ import pyproj
 from napari_sam3.core.errors import InvalidInput
 from napari_sam3.imagery.raster import RasterInfo, _describe_path
 
-__all__ = ["check_placement", "corner_lonlat"]
+__all__ = ["check_placement", "corner_lonlat", "crosses_antimeridian"]
+
+
+def crosses_antimeridian(west: float, east: float, what: str = "bbox") -> bool:
+    """Whether a longitude range whose west is above its east crosses the antimeridian (the
+    reading of GeoJSON's and STAC's bboxes, RFC 7946 section 5.2): only when it spans less than
+    half the globe; a wider one is far more likely two numbers swapped, and is refused rather
+    than read as nearly the whole world."""
+    if west <= east:
+        return False
+    span = east + 360.0 - west
+    if span >= 180.0:
+        raise InvalidInput(
+            f"{what}: west {west:g} is above east {east:g}. Read as crossing the antimeridian "
+            f"that spans {span:g} degrees of longitude, more than half the globe; if the two "
+            f"were swapped write {east:g} first. An area across the antimeridian is written "
+            "west,south,east,north with west above east, e.g. 179.5,-17.2,-179.6,-16.1 (Fiji)"
+        )
+    return True
 
 
 def corner_lonlat(info: RasterInfo) -> tuple[np.ndarray, np.ndarray]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from napari_sam3.core.errors import InvalidInput, Sam3Error
+from napari_sam3.imagery.placement import crosses_antimeridian
 from napari_sam3.imagery.remote import (
     MAX_JSON_BYTES,
     TRANSIENT_CODES,
@@ -143,7 +144,7 @@ def search_items(
         search = client.search(
             method="POST" if "POST" in methods else "GET",  # what the API says it takes
             collections=names,
-            bbox=box,
+            **_area(box),
             datetime=when,
             filter=filter,
             filter_lang="cql2-text" if filter is not None else None,
@@ -191,11 +192,27 @@ def _bbox(bbox: Sequence[float] | None) -> list[float] | None:
         raise InvalidInput(
             f"a search bbox is four numbers west,south,east,north, got {bbox!r}"
         ) from None
-    if len(box) != 4 or not (-180 <= box[0] < box[2] <= 180 and -90 <= box[1] < box[3] <= 90):
+    if len(box) != 4 or not (
+        all(-180 <= x <= 180 for x in box[::2]) and -90 <= box[1] < box[3] <= 90
+    ):
         raise InvalidInput(
             f"a search bbox is west,south,east,north in longitude/latitude, got {bbox!r}"
         )
+    if box[0] == box[2] or (box[0] > box[2] and not crosses_antimeridian(box[0], box[2])):
+        raise InvalidInput(f"a search bbox needs west and east apart, got {bbox!r}")
     return box
+
+
+def _area(box: list[float] | None) -> dict[str, Any]:
+    """The search's area parameter: the bbox, or where it crosses the antimeridian, the two
+    boxes either side of it as one MultiPolygon (`intersects`, part of item search's core like
+    bbox): servers differ on how they read a bbox whose west is above its east."""
+    if box is None or box[0] < box[2]:
+        return {"bbox": box}
+    west, south, east, north = box
+    sides = [(west, 180.0), (-180.0, east)]
+    rings = [[[[w, south], [e, south], [e, north], [w, north], [w, south]]] for w, e in sides]
+    return {"intersects": {"type": "MultiPolygon", "coordinates": rings}}
 
 
 def _datetime(text: str | None) -> str | None:

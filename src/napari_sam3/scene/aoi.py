@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from napari_sam3.core.errors import Sam3Error
+from napari_sam3.core.errors import InvalidInput, Sam3Error
 from napari_sam3.core.formats import VECTOR_INPUTS, read_vector_file
+from napari_sam3.imagery.placement import crosses_antimeridian
 from napari_sam3.imagery.raster import RasterInfo
 from napari_sam3.scene.tiles import Tile
 
@@ -57,18 +58,26 @@ class Bbox:
             raise AoiError(f"a bbox is four numbers minx,miny,maxx,maxy, got {values!r}")
         if not all(math.isfinite(v) for v in values):
             raise AoiError(f"a bbox needs finite numbers, got {values!r}")
-        if self.minx >= self.maxx or self.miny >= self.maxy:
-            raise AoiError(
-                f"bbox {_text(values)}: minx must be below maxx and miny below maxy "
-                "(the order is minx,miny,maxx,maxy, e.g. west,south,east,north)"
-            )
         crs = _crs(self.crs)
         if crs.is_geographic and not (
-            -180 <= self.minx and self.maxx <= 180 and -90 <= self.miny and self.maxy <= 90
+            all(-180 <= x <= 180 for x in (self.minx, self.maxx))
+            and all(-90 <= y <= 90 for y in (self.miny, self.maxy))
         ):
             raise AoiError(
                 f"bbox {_text(values)} is not longitude/latitude in {self.crs} (longitudes "
                 "-180..180, latitudes -90..90); name its CRS: minx,miny,maxx,maxy,EPSG:32633"
+            )
+        crossing = crs.is_geographic and self.minx > self.maxx
+        if crossing:  # west above east: across the antimeridian, or two numbers swapped
+            try:
+                crosses_antimeridian(self.minx, self.maxx, f"bbox {_text(values)}")
+            except InvalidInput as error:
+                raise AoiError(str(error)) from None
+        if (self.minx >= self.maxx and not crossing) or self.miny >= self.maxy:
+            raise AoiError(
+                f"bbox {_text(values)}: minx must be below maxx and miny below maxy "
+                "(the order is minx,miny,maxx,maxy, e.g. west,south,east,north; longitude and "
+                "latitude areas across the antimeridian have west above east)"
             )
 
     @property
@@ -105,6 +114,8 @@ def aoi_window(aoi: Any, info: RasterInfo) -> Window:
             "on it; give a georeferenced raster, or leave the AOI out"
         )
     bounds, crs, label = _bounds(aoi, info.crs)
+    if bounds[0] > bounds[2]:  # longitudes across the antimeridian, on a raster in degrees
+        bounds = _one_side(bounds, info)
     win = from_bounds(*bounds, transform=info.transform)
     r0, c0 = math.floor(win.row_off + 1e-9), math.floor(win.col_off + 1e-9)
     r1 = math.ceil(win.row_off + win.height - 1e-9)
@@ -137,7 +148,11 @@ def lonlat_bounds(aoi: Any) -> tuple[float, float, float, float]:
     """The AOI's bounds in longitude/latitude (west, south, east, north): the area a STAC API
     search covers."""
     west, south, east, north = _bounds(aoi, _crs(DEFAULT_CRS))[0]
-    return max(west, -180.0), max(south, -90.0), min(east, 180.0), min(north, 90.0)
+    if east - west >= 360.0:  # all the way round
+        west, east = -180.0, 180.0
+    # a vector file may write longitudes past 180 (0..360) or below -180 to stay continuous
+    west, east = ((v + 180.0) % 360.0 - 180.0 if abs(v) > 180.0 else v for v in (west, east))
+    return west, max(south, -90.0), east, min(north, 90.0)
 
 
 def tiles_touching(tiles: Sequence[Tile], window: Window) -> list[Tile]:
@@ -186,8 +201,58 @@ def _bounds(aoi: Any, target: Any) -> tuple[tuple[float, float, float, float], s
         raise AoiError(f"{label} has no CRS; give the area of interest a CRS")
     if frame.empty or frame.geometry.is_empty.all():
         raise AoiError(f"{label} holds no geometry")
-    bounds = tuple(float(v) for v in frame.to_crs(target).total_bounds)
+    if not _crs(target).is_geographic:  # each vertex projected: bounds on the target's grid
+        bounds = tuple(float(v) for v in frame.to_crs(target).total_bounds)
+    else:  # PROJ's bounds, which say west above east where the area crosses the antimeridian
+        own = _lonlat_extent(frame) if frame.crs.is_geographic else frame.total_bounds
+        bounds = transform_bounds(frame.crs, target, *own, densify_pts=21)
     return bounds, frame.crs.to_string(), label
+
+
+def _lonlat_extent(frame) -> tuple[float, float, float, float]:
+    """The bounds of geometries in degrees, west above east where the shortest way round that
+    holds them all crosses the antimeridian (parts drawn either side of it, as GeoJSON must)."""
+    _, south, _, north = (float(v) for v in frame.total_bounds)
+    boxes = frame.geometry.bounds.dropna().to_numpy()
+    spans = sorted(((w + 180.0) % 360.0 - 180.0, e - w) for w, _, e, _ in boxes)
+    if max(width for _, width in spans) >= 180.0:
+        west, _, east, _ = (float(v) for v in frame.total_bounds)
+        return west, south, east, north
+    # the widest stretch of longitude that no geometry touches; the area is all the rest
+    first = spans[0][0]
+    reach = first + spans[0][1]
+    gap_start, gap_end = reach, reach  # none yet
+    for start, width in spans[1:]:
+        if start - reach > gap_end - gap_start:
+            gap_start, gap_end = reach, start
+        reach = max(reach, start + width)
+    if first + 360.0 - reach >= gap_end - gap_start:  # the stretch back round to the first
+        gap_start, gap_end = reach, first + 360.0
+    west, east = gap_end % 360.0, gap_start
+    west, east = ((v + 180.0) % 360.0 - 180.0 for v in (west, east))
+    if east == -180.0 and west < 180.0:
+        east = 180.0
+    return west, south, east, north
+
+
+def _one_side(bounds, info: RasterInfo) -> tuple[float, float, float, float]:
+    """A west-above-east longitude range as one range on ``info``'s own longitudes: continued
+    past 180 for a raster written in 0..360, else the side(s) the raster covers (both: its
+    whole width, the window being one rectangle)."""
+    from rasterio.transform import array_bounds
+
+    west, south, east, north = bounds
+    scene_west, _, scene_east, _ = array_bounds(info.rows, info.cols, info.transform)
+    if scene_east > 180.0:
+        return west, south, east + 360.0, north
+    if scene_west < -180.0:
+        return west - 360.0, south, east, north
+    sides = [
+        (w, e) for w, e in ((west, 180.0), (-180.0, east)) if w < scene_east and e > scene_west
+    ]
+    if len(sides) != 1:
+        return scene_west, south, scene_east, north
+    return sides[0][0], south, sides[0][1], north
 
 
 def _is_file(text: str) -> bool:
