@@ -359,14 +359,19 @@ def _torch_run(graph_export, feed: dict) -> dict:
     return {n: t.detach().numpy() for n, t in zip(graph_export.output_names, out, strict=True)}
 
 
-def references(modules: dict, the_plan: Plan) -> dict:
-    """The PyTorch outputs: ("head", image, graph, call) and ("via", image, upstream, k, head, j)."""
+def references(modules: dict, the_plan: Plan, graphs: list[str]) -> dict:
+    """The PyTorch outputs `graphs` are compared with: ("head", image, graph, call), and for an
+    upstream graph ("up", image, graph, call) and ("via", image, graph, call, head, head call)."""
     ref: dict = {}
     for i, image in enumerate(the_plan.calls):
         for head in the_plan.finals:
+            if head not in graphs:
+                continue
             for j, (feed, _) in enumerate(image.get(head, [])):
                 ref["head", i, head, j] = _torch_run(modules[head], feed)
         for graph, per_image in the_plan.upstream.items():
+            if graph not in graphs:
+                continue
             made: dict[int, dict] = {}
             for k, head, j in per_image[i]:
                 if k not in made:
@@ -519,8 +524,13 @@ def verify(
     threads: int = 2,
     thresholds=(),
     progress=print,
+    graphs: tuple[str, ...] = (),
+    precisions: tuple[str, ...] = (),
 ) -> dict:
-    """Verify `repository` (see the module docstring); write and return its report."""
+    """Verify `repository` (see the module docstring); write and return its report.
+
+    `graphs`, `precisions`: only these (default: every graph of the repository, every precision
+    it has and this host can run); the others are "not run" in the report."""
     from .model import build_sam3
 
     repository = Path(repository)
@@ -548,9 +558,10 @@ def verify(
             checkpoint=checkpoint,
         )
         modules = torch_modules(build)
-        graphs = [g for g in modules if contract.graph_path(repository, g).is_file()]
-        the_plan = plan(calls, {g: modules[g].output_names for g in graphs})
-        ref = references(modules, the_plan)
+        present = [g for g in modules if contract.graph_path(repository, g).is_file()]
+        graphs = [g for g in present if not graphs or g in graphs]
+        the_plan = plan(calls, {g: modules[g].output_names for g in present})
+        ref = references(modules, the_plan, graphs)
         del build, modules
         gc.collect()
         heads = _FP32Heads(repository, threads)
@@ -559,6 +570,8 @@ def verify(
             path = contract.graph_path(repository, graph)
             entries = {}
             for precision, how in variants(path.parent, host):
+                if precisions and precision not in precisions:
+                    continue
                 entries[precision] = measure_graph(
                     repository, graph, precision, how, the_plan, ref, heads,
                     manifest.image_size, thresholds, threads, Path(tmp),
@@ -567,7 +580,7 @@ def verify(
             for precision in R.REPORT_PRECISIONS:
                 entries.setdefault(
                     precision,
-                    {"verdict": R.NOT_RUN, "reason": f"the repository has no {precision} graph"},
+                    {"verdict": R.NOT_RUN, "reason": _why_not_run(precision, path.parent)},
                 )
             report_graphs[graph] = {"digest": R.graph_digest(path), "precisions": entries}
         del heads
@@ -596,6 +609,12 @@ def verify(
     }
     write_report(repository, report)
     return report
+
+
+def _why_not_run(precision: str, model_dir: Path) -> str:
+    if precision in R.available_precisions(model_dir):
+        return "not asked for in this verification"
+    return f"the repository has no {precision} graph"
 
 
 def _line(graph: str, precision: str, entry: dict) -> str:
@@ -651,6 +670,7 @@ def readable(report: dict) -> str:
                 f"{k} {_fmt(v)}" for k, v in measured.items() if not isinstance(v, dict)
             )
             detail = figures if result["verdict"] == R.HOLDS else result.get("reason", "")
+            detail = detail.replace("|", "\\|")  # inside a table cell
             lines.append(f"| {graph} | {precision}{how} | {result['verdict']} | {detail} |")
     host = report["host"]
     lines += [
