@@ -190,7 +190,7 @@ KEYS = st.sampled_from(
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     replace_at=st.lists(st.tuples(st.integers(0, 5), KEYS, JSON), max_size=3),
