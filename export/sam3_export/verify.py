@@ -541,7 +541,10 @@ def verify(
             "that file: sam3-export --verify DIR --checkpoint FILE"
         )
     checkpoint = None if manifest.random_weights else Path(checkpoint)
-    thresholds = tuple(sorted({*BOUNDS["score_thresholds"], *thresholds}))
+    from napari_sam3.runtime.postprocess import DEFAULT_SCORE_THR
+
+    # the bounds' thresholds, the library's default and the analyst's
+    thresholds = tuple(sorted({*BOUNDS["score_thresholds"], DEFAULT_SCORE_THR, *thresholds}))
     start = time.perf_counter()
     images = shipped_images(manifest.image_size)
     images += user_images(images_dir) if images_dir is not None else []
