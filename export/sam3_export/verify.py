@@ -292,6 +292,9 @@ def record(repository: Path, images: list[Image], threads: int) -> list[dict]:
                     calls[-1][contract.PVS_GRID_DECODER] = [(_grid_feed(calls[-1], client), {})]
     finally:
         client.close()
+        del client.engine.infer  # no cycle left holding the engine's compiled graphs
+        del client
+        gc.collect()
     return calls
 
 
