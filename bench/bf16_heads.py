@@ -33,7 +33,7 @@ import numpy as np
 
 from napari_sam3.runtime.onnx_runner import PARITY_BOUNDS
 
-# the measuring code and its bounds are the verification's (sam3_export/verify.py)
+# the measuring code and its bounds are the verification's (sam3_export/verdicts.py)
 DEDUP = PARITY_BOUNDS["dedup"]
 TOP = PARITY_BOUNDS["top"]
 SIZE = [1008]  # the model's input size, set from the manifest
@@ -127,7 +127,7 @@ def _downstream(repo, name, feeds, produced, seen, threads):
 
 def report(work: Path, variants: list[str]) -> dict:
     from napari_sam3.core import contract
-    from sam3_export.verify import compare_grounding, compare_pvs, relative
+    from sam3_export.verdicts import compare_grounding, compare_pvs, relative
 
     with open(work / "out_fp32.pkl", "rb") as f:
         ref = pickle.load(f)

@@ -18,6 +18,7 @@ from napari_sam3.core import contract
 from napari_sam3.runtime import onnx_runner as R
 from sam3_export import verify as V
 from sam3_export.cli import main
+from sam3_export.verdicts import violations
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def test_the_report_holds_every_graph_and_precision_with_honest_verdicts(verifie
         assert any(line.startswith(f"sam3-export: verify {graph} fp32: ") for line in lines)
         for precision in R.PRECISIONS:
             entry = entries[precision]
-            broken = [v for row in entry["comparisons"] for v in V.violations(row)]
+            broken = [v for row in entry["comparisons"] for v in violations(row)]
             # the verdict is what the measured figures say against the bounds
             assert entry["verdict"] == (R.FAILS if broken else R.HOLDS), (graph, precision)
         # fp32 against the PyTorch model: within float noise, so it holds
