@@ -69,8 +69,9 @@ class LocalEngine:
         rle_kernels.set_threads(threads)  # the masks' threads too, not only the graphs'
         self.runtime, self.precision = runtime, precision
         # decided now, so that an impossible choice (bf16 on a CPU without it) fails at once
+        verified = onnx_runner.load_verification(self.repository) if precision == "auto" else None
         self.choices = {
-            name: onnx_runner.choose(name, runtime, precision)
+            name: onnx_runner.choose(name, runtime, precision, verified=verified)
             for name, config in self.configs.items()
             if _is_graph(config)
         }
