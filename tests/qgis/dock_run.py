@@ -25,3 +25,9 @@ def run_dock(env: dict[str, str], profile: Path, scenario: str, tmp_path: Path) 
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def raster_bounds(raster) -> tuple[float, float, float, float]:
+    """(left, bottom, right, top) of a north-up napari_sam3 Raster."""
+    t, (height, width) = raster.transform, raster.data.shape[1:]
+    return t.c, t.f + t.e * height, t.c + t.a * width, t.f

@@ -10,7 +10,7 @@ import json
 import numpy as np
 from pyproj import Transformer
 
-from .dock_run import run_dock
+from .dock_run import raster_bounds, run_dock
 
 SCENARIO = """
 import json
@@ -45,7 +45,7 @@ def test_clicks_and_boxes_on_a_web_mercator_canvas_reach_the_dock_in_the_rasters
 ):
     to_3857 = Transformer.from_crs(32633, 3857, always_xy=True)
     to_32633 = Transformer.from_crs(3857, 32633, always_xy=True)
-    left, bottom, right, top = s2_crop.bounds if hasattr(s2_crop, "bounds") else _bounds(s2_crop)
+    left, bottom, right, top = raster_bounds(s2_crop)
     xs, ys = to_3857.transform([left, right, left, right], [bottom, bottom, top, top])
     extent = [min(xs), min(ys), max(xs), max(ys)]
     rng = np.random.default_rng(7)
@@ -81,8 +81,3 @@ def test_clicks_and_boxes_on_a_web_mercator_canvas_reach_the_dock_in_the_rasters
     # beside the map on a 1366 x 768 screen: the map keeps at least 900 px
     assert out["width"] <= 1366 - 900
 
-
-def _bounds(raster):
-    t = raster.transform
-    height, width = raster.data.shape[1:]
-    return t.c, t.f + t.e * height, t.c + t.a * width, t.f
