@@ -21,6 +21,9 @@ class Sam3Plugin:
         self.initProcessing()
 
     def unload(self) -> None:
+        from .engine import stop_shared
+
+        stop_shared()  # the warm engine's process ends with the plugin
         if self.provider is not None:
             QgsApplication.processingRegistry().removeProvider(self.provider)
             self.provider = None
