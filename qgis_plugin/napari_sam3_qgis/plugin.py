@@ -49,6 +49,9 @@ class Sam3Plugin:
             self.iface.removeDockWidget(self.dock)
             self.dock.deleteLater()
             self.dock = self.action = None
+        from .engine import stop_shared
+
+        stop_shared()  # the warm engine's process ends with the plugin
         if self.provider is not None:
             QgsApplication.processingRegistry().removeProvider(self.provider)
             self.provider = None
