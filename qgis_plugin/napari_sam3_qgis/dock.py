@@ -38,6 +38,7 @@ from qgis.PyQt.QtWidgets import (
 
 from . import canvas as view
 from . import results
+from .engine import EngineCancelled
 from .map_tools import BoxTool, PointTool
 from .prompts import Prompts
 from .results import DockError
@@ -83,7 +84,8 @@ class Sam3Dock(QDockWidget):
         self._object: int | None = None  # the results feature of the object being drawn
         self._job = None
         self._progress = None
-        self._fraction = None
+        self._handlers = None
+        self._said = 0
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._poll)
@@ -502,29 +504,27 @@ class Sam3Dock(QDockWidget):
         """Send a request; `done(result)` or `refused(message)` later on QGIS's thread. While it
         runs the message bar shows progress and a Cancel button."""
         try:
-            engine = self._engine()
-            self._fraction = None
-            self._job = engine.request_async(action, params, progress=self._progressed)
+            self._job = self._engine().request_async(action, params)
         except Exception as error:  # noqa: BLE001 - shown to the analyst, not raised
             refused(str(error))
             return
         self._handlers = (done, refused)
+        self._said = 0
         if progress or message:
             self._show_progress(message or f"SAM3: {action}")
         self._timer.start()
-
-    def _progressed(self, fraction, *_) -> None:  # on the engine's thread: read by _poll
-        self._fraction = fraction
 
     def _poll(self) -> None:
         job = self._job
         if job is None:
             self._timer.stop()
             return
-        if self._progress is not None and self._fraction is not None:
-            self._progress.setValue(int(100 * float(self._fraction)))
-        done = job.done() if callable(job.done) else job.done
-        if not done:
+        if self._progress is not None:
+            self._progress.setValue(int(100 * job.progress))
+        for kind, text in job.messages[self._said :]:  # the engine's own (a restart, ...)
+            self.say(text, Qgis.Warning if kind == "warning" else Qgis.Info)
+        self._said = len(job.messages)
+        if not job.done:
             return
         self._timer.stop()
         self._job = None
@@ -532,11 +532,11 @@ class Sam3Dock(QDockWidget):
         on_result, on_refusal = self._handlers
         try:
             result = job.result()
-        except Exception as error:  # noqa: BLE001 - the engine's message for the analyst
-            on_refusal(str(error))
+        except EngineCancelled:
+            self.say("cancelled: nothing was added", Qgis.Info)
             return
-        if result is None:  # cancelled
-            self.say("cancelled", Qgis.Info)
+        except Exception as error:  # noqa: BLE001 - refused or failed: the engine's message
+            on_refusal(str(error))
             return
         try:
             on_result(result)

@@ -256,9 +256,14 @@ def click(server: Server, params: dict, job: Job) -> dict:
 
 
 def segment(server: Server, params: dict, job: Job) -> dict:
+    keywords = params.get("keywords")
+    if isinstance(keywords, str):  # as typed ("building, pool"): the library's one rule splits it
+        from napari_sam3.prompts.keywords import parse_keywords
+
+        keywords = parse_keywords(keywords)
     return _canvas(server).segment(
         _need(params, "image"),
-        keywords=params.get("keywords"),
+        keywords=keywords,
         exemplars=params.get("exemplars"),
         extent=params.get("extent"),
         gsd=params.get("gsd"),

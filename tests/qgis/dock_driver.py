@@ -61,7 +61,7 @@ def main(profile: str, scenario: str) -> int:
     finally:
         dock.unload()
         if "napari_sam3_qgis.engine" in sys.modules:  # started by the scenario: stopped here
-            sys.modules["napari_sam3_qgis.engine"].shared().stop()
+            sys.modules["napari_sam3_qgis.engine"].stop_shared()
         namespace.clear()
         # the widgets and layers go before QGIS does (left to exitQgis, the process crashed)
         QgsProject.instance().clear()
