@@ -7,6 +7,7 @@ from qgis.core import (
     QgsCoordinateReferenceSystem,
     QgsCoordinateTransform,
     QgsDistanceArea,
+    QgsGeometry,
     QgsPointXY,
     QgsProject,
     QgsUnitTypes,
@@ -29,8 +30,12 @@ def view_gsd(canvas) -> float:
     extent, width = canvas.extent(), canvas.mapSettings().outputSize().width()
     middle = extent.center().y()
     distance = QgsDistanceArea()
-    distance.setSourceCrs(canvas.mapSettings().destinationCrs(), QgsProject.instance().transformContext())
-    distance.setEllipsoid(QgsProject.instance().ellipsoid() or "WGS84")
+    distance.setSourceCrs(
+        canvas.mapSettings().destinationCrs(), QgsProject.instance().transformContext()
+    )
+    ellipsoid = QgsProject.instance().ellipsoid()
+    # a project without one says "NONE" (planar: web mercator metres are not ground metres)
+    distance.setEllipsoid(ellipsoid if ellipsoid not in ("", "NONE") else "EPSG:7030")
     length = distance.measureLine(
         QgsPointXY(extent.xMinimum(), middle), QgsPointXY(extent.xMaximum(), middle)
     )
@@ -57,7 +62,12 @@ def exemplar_boxes(layer, crs: QgsCoordinateReferenceSystem, positive: bool) -> 
     for feature in selected:
         if not feature.hasGeometry():
             continue
-        box = transform.transformBoundingBox(feature.geometry().boundingBox())
+        geometry = QgsGeometry(feature.geometry())  # its vertices, not its box (a box grows)
+        if geometry.transform(transform) != 0:
+            raise DockError(
+                f"a selected feature of {layer.name()} cannot be put in the raster's CRS"
+            )
+        box = geometry.boundingBox()
         out.append([box.xMinimum(), box.yMinimum(), box.xMaximum(), box.yMaximum(), int(positive)])
     if not out:
         raise DockError(f"the selected features of {layer.name()} have no geometry")

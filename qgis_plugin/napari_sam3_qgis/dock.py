@@ -369,7 +369,7 @@ class Sam3Dock(QDockWidget):
             in_view = self.scope.currentIndex() == 0
             params = {
                 "image": self._opened["image"],
-                "keywords": [text] if text else None,
+                "keywords": text or None,  # as typed: the engine splits it (the library's rule)
                 "exemplars": list(self.exemplars) or None,
                 "extent": view.view_extent(self.canvas, crs) if in_view else None,
                 "gsd": self._gsd(in_view, crs),

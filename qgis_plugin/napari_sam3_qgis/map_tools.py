@@ -31,9 +31,7 @@ ACCEPT_KEYS = (Qt.Key_Return, Qt.Key_Enter)  # Ctrl+Enter: accept; Enter alone: 
 
 def to_raster(canvas, crs: QgsCoordinateReferenceSystem) -> QgsCoordinateTransform:
     """Canvas CRS -> the raster's, with the project's datum transformations."""
-    return QgsCoordinateTransform(
-        canvas.mapSettings().destinationCrs(), crs, QgsProject.instance()
-    )
+    return QgsCoordinateTransform(canvas.mapSettings().destinationCrs(), crs, QgsProject.instance())
 
 
 class _Tool(QgsMapTool):
@@ -119,4 +117,3 @@ class BoxTool(_Tool):
         self._start = None
         self._band.reset(QgsWkbTypes.PolygonGeometry)
         super().deactivate()
-

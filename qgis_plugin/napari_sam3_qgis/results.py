@@ -61,7 +61,7 @@ def feature(layer: QgsVectorLayer, row: dict, prompt: str, source: str, model: s
     geometry.convertToMultiType()
     out = QgsFeature(layer.fields())
     out.setGeometry(geometry)
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: UP017 - QGIS 3.22 on Windows has Python 3.9
     values = {
         "keyword": row.get("keyword") or "",
         "score": float(row["score"]),

@@ -37,9 +37,8 @@ def main(profile: str, scenario: str) -> int:
     app = QgsApplication([], True, profile)
     app.initQgis()
     sys.path.insert(0, str(Path(profile) / "python" / "plugins"))
-    from qgis.gui import QgsMapCanvas, QgsMessageBar
-
     from napari_sam3_qgis.dock import Sam3Dock
+    from qgis.gui import QgsMapCanvas, QgsMessageBar
 
     canvas = QgsMapCanvas()
     canvas.resize(800, 600)
@@ -114,7 +113,9 @@ def mouse(canvas, tool, kind: str, x: float, y: float, crs: str, shift: bool) ->
     from qgis.gui import QgsMapMouseEvent
 
     to_canvas = QgsCoordinateTransform(
-        QgsCoordinateReferenceSystem(crs), canvas.mapSettings().destinationCrs(), QgsProject.instance()
+        QgsCoordinateReferenceSystem(crs),
+        canvas.mapSettings().destinationCrs(),
+        QgsProject.instance(),
     )
     point = to_canvas.transform(QgsPointXY(x, y))
     pixel = canvas.getCoordinateTransform().transform(point)

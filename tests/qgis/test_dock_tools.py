@@ -61,7 +61,9 @@ def test_clicks_and_boxes_on_a_web_mercator_canvas_reach_the_dock_in_the_rasters
     # raster's CRS, by PROJ here; within a screen pixel of where the mouse was aimed
     assert len(out["clicks"]) == len(points)
     pixel_m = out["units_per_pixel"]  # web mercator metres; ground metres are fewer
-    for i, ((x, y, positive), event, aimed) in enumerate(zip(out["clicks"], out["events"], points)):
+    for i, ((x, y, positive), event, aimed) in enumerate(
+        zip(out["clicks"], out["events"], points, strict=True)
+    ):
         expected = to_32633.transform(*event["map"])
         assert np.allclose([x, y], expected, atol=1e-3), (i, [x, y], expected)
         assert np.hypot(x - aimed[0], y - aimed[1]) < pixel_m
@@ -80,4 +82,3 @@ def test_clicks_and_boxes_on_a_web_mercator_canvas_reach_the_dock_in_the_rasters
     assert out["taken"] == [True] * 7 + [False]
     # beside the map on a 1366 x 768 screen: the map keeps at least 900 px
     assert out["width"] <= 1366 - 900
-
