@@ -108,7 +108,8 @@ def filter_score(layer: QgsVectorLayer, minimum: float) -> int:
 def accept(results: QgsVectorLayer, target: QgsVectorLayer) -> int:
     """Copy the polygons the filter keeps into `target` through its edit buffer as ONE edit
     command (the layer's undo stack takes it back); fields mapped by name, geometry transformed
-    to the target's CRS. The analyst's features are never changed. Returns how many."""
+    to the target's CRS. The analyst's features are never changed, nor saved: that stays the
+    analyst's choice. Returns how many features were added."""
     if target is None or not isinstance(target, QgsVectorLayer) or not target.isValid():
         raise DockError("choose a polygon layer to accept into")
     if target.geometryType() != QgsWkbTypes.PolygonGeometry:
@@ -119,23 +120,21 @@ def accept(results: QgsVectorLayer, target: QgsVectorLayer) -> int:
         raise DockError(f"{target.name()} cannot be edited (read-only file or provider)")
     transform = QgsCoordinateTransform(results.crs(), target.crs(), QgsProject.instance())
     multi = QgsWkbTypes.isMultiType(target.wkbType())
-    names = {f.name() for f in target.fields()}
+    keys = {target.fields().at(i).name() for i in target.primaryKeyAttributes()}
+    names = [f.name() for f in results.fields() if f.name() in target.fields().names()]
+    names = [name for name in names if name not in keys]
     copies = []
     for source in results.getFeatures():
         geometry = QgsGeometry(source.geometry())
         if geometry.transform(transform) != 0:
             raise DockError(f"a polygon cannot be transformed to {target.crs().authid()}")
-        if not multi and geometry.isMultipart():
-            parts = geometry.asGeometryCollection()
-            geometry = parts[0] if len(parts) == 1 else geometry
-        copy = QgsFeature(target.fields())
-        copy.setGeometry(geometry)
-        for field in results.fields():
-            if field.name() in names and target.fields().indexOf(field.name()) not in (
-                target.primaryKeyAttributes()
-            ):
-                copy.setAttribute(field.name(), source[field.name()])
-        copies.append(copy)
+        # a single-part layer gets one feature per part (its writer would keep the first alone)
+        for part in [geometry] if multi else geometry.asGeometryCollection():
+            copy = QgsFeature(target.fields())
+            copy.setGeometry(part)
+            for name in names:
+                copy.setAttribute(name, source[name])
+            copies.append(copy)
     if not copies:
         return 0
     target.beginEditCommand(f"SAM3: {len(copies)} polygon(s)")
