@@ -209,6 +209,9 @@ class Sam3Dock(QDockWidget):
         scroll.setWidget(body)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.setWidget(scroll)
+        # wide enough for its content (never cut: no horizontal scroll bar), tall as QGIS allows
+        margin = scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
+        scroll.setMinimumWidth(body.minimumSizeHint().width() + margin)
         self.connection.editingFinished.connect(self._remember)
         self.precision.currentTextChanged.connect(self._remember)
 
@@ -400,7 +403,7 @@ class Sam3Dock(QDockWidget):
         model, source = self._model(), self._opened["source"]
         results.add(layer, [results.feature(layer, r, prompt, source, model) for r in rows])
         count = self.filter()
-        self.say(f"{len(rows)} object(s) found; {count} shown at this score", Qgis.Info)
+        self.say(f"{len(rows)} object(s) found; {count} on the map at this score", Qgis.Info)
 
     # -- results -----------------------------------------------------------------------------
     def results_layer(self):

@@ -13,6 +13,7 @@ from qgis.core import (
     QgsFeature,
     QgsField,
     QgsFields,
+    QgsFillSymbol,
     QgsGeometry,
     QgsProject,
     QgsVectorFileWriter,
@@ -50,6 +51,11 @@ def new_layer(crs_wkt: str, name: str = "SAM3 results") -> QgsVectorLayer:
     layer.setCrs(QgsCoordinateReferenceSystem.fromWkt(crs_wkt))
     layer.dataProvider().addAttributes(list(fields()))
     layer.updateFields()
+    # outlines over a light fill: the imagery stays visible under the polygons
+    symbol = QgsFillSymbol.createSimple(
+        {"color": "255,200,0,50", "outline_color": "255,140,0,255", "outline_width": "0.5"}
+    )
+    layer.renderer().setSymbol(symbol)
     return layer
 
 

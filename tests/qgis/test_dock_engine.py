@@ -149,7 +149,7 @@ def test_a_click_puts_the_librarys_polygon_on_the_canvas_and_accept_is_undoable(
     assert _same(parts.wkt, library_4326, tolerance=1e-7)  # degrees: about a centimetre
     assert [row["score"] for row in new] == pytest.approx([expected[0]["score"]] * len(new))
     # the layer's undo takes the accept back; the analyst's two features are as they were
-    assert sorted(row["name"] for row in out["after_undo"]) == ["mine-1", "mine-2"]
+    assert sorted(str(row["name"]) for row in out["after_undo"]) == ["mine-1", "mine-2"]
     for row in out["after_undo"]:
         assert shapely.equals(
             shapely_wkt.loads(row["wkt"]), shapely_wkt.loads(accepted[row["name"]]["wkt"])
