@@ -201,6 +201,9 @@ class Engine:
                 ) from None
 
     def _exchange(self, action, params, progress, is_cancelled, timeout, messages) -> dict:
+        if self._process is not None and self._process.poll() is not None:
+            code, self._process = self._process.returncode, None
+            raise _Died(code)  # it ended since the last request (killed, crashed)
         self.start()
         ident = next(self._ids)
         events: queue.Queue = queue.Queue()
@@ -289,6 +292,7 @@ class Pending:
         self.messages: list[tuple[str, str]] = []
         self._cancelled = threading.Event()
         self._finished = threading.Event()
+        self._emitted = threading.Event()
         self._result: dict | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -311,6 +315,7 @@ class Pending:
         finally:
             self._finished.set()
             self.signals.finished.emit()
+            self._emitted.set()  # the signal is posted: wait()'s last processEvents delivers it
 
     @property
     def done(self) -> bool:
@@ -332,7 +337,7 @@ class Pending:
         from qgis.PyQt.QtCore import QCoreApplication
 
         end = None if timeout is None else time.monotonic() + timeout
-        while not self._finished.wait(0.02):
+        while not self._emitted.wait(0.02):
             QCoreApplication.processEvents()
             if end is not None and time.monotonic() > end:
                 return False
