@@ -19,6 +19,7 @@ The goal (issue 43): engine <= library + 30 ms.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -70,6 +71,7 @@ def main() -> None:
 
     import numpy as np
     import rasterio
+    import shapely
 
     from napari_sam3.client.connection import ConnectionSpec
     from napari_sam3.imagery.raster import read_raster
@@ -113,11 +115,12 @@ def main() -> None:
     first = time.perf_counter()
     canvas.click(opened.key, [points[0]])
     encode_s = time.perf_counter() - first
-    canvas_s = []
+    canvas_s, parts = [], []
     for point in points[1:]:
         start = time.perf_counter()
-        canvas.click(opened.key, [point])
+        answer = canvas.click(opened.key, [point])
         canvas_s.append(time.perf_counter() - start)
+        parts += [len(shapely.from_wkt(c["wkt"]).geoms) for c in answer["candidates"]]
 
     tile = Tile(-1, r0, c0, min(size, rows - r0), min(size, cols - c0))
     prepared = read_tile(client, str(path), tile, None, opened.view)[0]
@@ -128,7 +131,10 @@ def main() -> None:
         start = time.perf_counter()
         session.add_point([col - c0, row - r0])
         library_s.append(time.perf_counter() - start)
+    model = client.model_id
     client.close()
+    del canvas, session, client, prepared  # its memory, before the worker loads the model
+    gc.collect()
 
     plan = folder / "plan.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -152,13 +158,18 @@ def main() -> None:
         p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
         return f"median {1000 * statistics.median(values):.1f} ms, p90 {1000 * p90:.1f} ms"
 
-    print(f"model {client.model_id[:12]} ({repo}), {args.precision}, {args.threads} threads, "
+    print(f"model {model[:12]} ({repo}), {args.precision}, {args.threads} threads, "
           f"{args.clicks} clicks in one {size}-px window of {cols} x {rows}")  # fmt: skip
     print(f"first click (encodes the window): in-process {1000 * encode_s:.0f} ms, "
           f"engine {1000 * engine_all[0]:.0f} ms")  # fmt: skip
     print(f"library add_point (in-process):    {ms(library_s)}")
     print(f"canvas click (in-process):         {ms(canvas_s)}")
     print(f"engine click (QGIS -> worker):     {ms(engine_s)}")
+    print(f"polygon parts per candidate: median {statistics.median(parts):.0f}, max {max(parts)}")
+    polygons = statistics.median(canvas_s) - statistics.median(library_s)
+    transport = statistics.median(engine_s) - statistics.median(canvas_s)
+    print(f"canvas - library (window, 3 polygons): {1000 * polygons:+.1f} ms; "
+          f"engine - canvas (process, pipes, JSON): {1000 * transport:+.1f} ms")  # fmt: skip
     extra = statistics.median(engine_s) - statistics.median(library_s)
     print(f"engine - library: {1000 * extra:+.1f} ms (goal: <= +30 ms)")
 
