@@ -99,8 +99,12 @@ class Engine:
         if self.running:
             return
         self._stderr.clear()
+        try:
+            command = self.command()
+        except QgsProcessingException as error:  # no napari-sam3 Python: what to install
+            raise EngineRefused(str(error)) from None
         process = subprocess.Popen(
-            self.command(),
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
