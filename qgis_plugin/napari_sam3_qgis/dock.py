@@ -36,8 +36,7 @@ from qgis.PyQt.QtWidgets import (
     QWidget,
 )
 
-from . import canvas as view
-from . import results
+from . import results, view
 from .engine import EngineCancelled
 from .map_tools import BoxTool, PointTool
 from .prompts import Prompts

@@ -99,8 +99,12 @@ class Engine:
         if self.running:
             return
         self._stderr.clear()
+        try:
+            command = self.command()
+        except QgsProcessingException as error:  # no napari-sam3 Python: what to install
+            raise EngineRefused(str(error)) from None
         process = subprocess.Popen(
-            self.command(),
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -201,6 +205,9 @@ class Engine:
                 ) from None
 
     def _exchange(self, action, params, progress, is_cancelled, timeout, messages) -> dict:
+        if self._process is not None and self._process.poll() is not None:
+            code, self._process = self._process.returncode, None
+            raise _Died(code)  # it ended since the last request (killed, crashed)
         self.start()
         ident = next(self._ids)
         events: queue.Queue = queue.Queue()
@@ -289,6 +296,7 @@ class Pending:
         self.messages: list[tuple[str, str]] = []
         self._cancelled = threading.Event()
         self._finished = threading.Event()
+        self._emitted = threading.Event()
         self._result: dict | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -311,6 +319,7 @@ class Pending:
         finally:
             self._finished.set()
             self.signals.finished.emit()
+            self._emitted.set()  # the signal is posted: wait()'s last processEvents delivers it
 
     @property
     def done(self) -> bool:
@@ -332,7 +341,7 @@ class Pending:
         from qgis.PyQt.QtCore import QCoreApplication
 
         end = None if timeout is None else time.monotonic() + timeout
-        while not self._finished.wait(0.02):
+        while not self._emitted.wait(0.02):
             QCoreApplication.processEvents()
             if end is not None and time.monotonic() > end:
                 return False

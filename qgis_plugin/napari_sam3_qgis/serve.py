@@ -14,7 +14,8 @@ gets no answer) and ``shutdown``. Stdin closing is a shutdown; the exit code is 
 Actions (coordinates in the raster's CRS, polygons as WKT in it; see
 napari_sam3.scene.canvas): ``hello``, ``connect`` (``connection``: ConnectionSpec fields; the
 model loads once per spec), ``open`` (``raster``, ``bands``), ``click`` (``image``, ``points``,
-``box``, ``previous``), ``segment`` (``image``, ``keywords``, ``exemplars``, ``extent``,
+``box``, ``previous``), ``segment`` (``image``, ``keywords``: a list, or the text as typed,
+split by the library's parse_keywords; ``exemplars``, ``extent``,
 ``gsd``, ``score_thr``, ``dedup``), ``cancel``, ``shutdown``.
 """
 

@@ -42,6 +42,9 @@ MAX_CANDIDATES = 3
 LARGE_BOX = 0.8
 # results a later click may refine (each holds its window's prepared image, a few MB)
 KEPT_RESULTS = 32
+# windows kept prepared (a full-size one is 1008 x 1008 x 3 bytes), so that the next click
+# there pays only the prompt decoder
+KEPT_WINDOWS = 4
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class Canvas:
         self.client = client
         self.images: dict[str, OpenedRaster] = {}
         self._objects: dict[str, _Object] = {}
+        self._windows: dict[tuple, tuple[Any, np.ndarray | None]] = {}  # the last windows read
         self._tokens = itertools.count(1)
 
     def open(self, source: str, bands: Sequence[Any] | None = None) -> OpenedRaster:
@@ -238,9 +242,14 @@ class Canvas:
             )
         r0, c0 = click_window(col, row, grid.cols, grid.rows, size)
         tile = Tile(-1, r0, c0, min(size, grid.rows - r0), min(size, grid.cols - c0))
-        prepared, invalid, _, _ = read_tile(
-            self.client, opened.source, tile, opened.bands, opened.view, gsd
-        )
+        where = (opened.key, gsd, tile.bounds)
+        if where not in self._windows:  # read, stretched and hashed once per window
+            self._windows[where] = read_tile(
+                self.client, opened.source, tile, opened.bands, opened.view, gsd
+            )[:2]
+            while len(self._windows) > KEPT_WINDOWS:
+                del self._windows[next(iter(self._windows))]
+        prepared, invalid = self._windows[where]
         if prepared is None:
             raise InvalidInput(
                 "the click's window holds only fill (no data in the raster there): click on "
