@@ -23,6 +23,7 @@ from .dock_run import raster_bounds, run_dock
 AIM = (334000.0, 5820000.0)
 REFINE = (334150.0, 5819850.0)  # a negative in the same window
 OUTSIDE = (331000.0, 5819500.0)  # 1 km west of the crop
+BOX = [(333200.0, 5819800.0), (333700.0, 5819300.0), (333700.0, 5819300.0)]  # drag
 
 SETUP = """
 layer = load_raster({raster})
@@ -55,7 +56,12 @@ key(tool, "Return", ctrl=True)  # Accept
 accepted = features(analyst)
 analyst.undoStack().undo()
 after_undo = features(analyst)
-report(first=first, second=second, refined=refined, undone=undone, refused=refused,
+dock.command("box")  # a box on the map: a new object
+for kind, (x, y) in zip(("press", "move", "release"), {box}):
+    mouse(dock.box_tool, kind, x, y, "EPSG:32633")
+wait()
+boxed = dict(shown=[f for f in features(results) if f["prompt"] == "box"], box=dock.prompts.box)
+report(boxed=boxed, first=first, second=second, refined=refined, undone=undone, refused=refused,
        accepted=accepted, after_undo=after_undo, messages=messages(),
        pid=engine().pid, restarts=engine().restarts)
 """
@@ -100,7 +106,7 @@ def test_a_click_puts_the_librarys_polygon_on_the_canvas_and_accept_is_undoable(
     target = tmp_path / "roofs.gpkg"
     _analyst_layer(target)
     scenario = SETUP.format(repository=json.dumps(str(tiny_repository)), **scene) + CLICKS.format(
-        target=json.dumps(str(target)), aim=AIM, refine=REFINE, outside=OUTSIDE
+        target=json.dumps(str(target)), aim=AIM, refine=REFINE, outside=OUTSIDE, box=BOX
     )
     (out,) = run_dock(qgis_env, profile, scenario, tmp_path)
     canvas, key = library
@@ -155,6 +161,12 @@ def test_a_click_puts_the_librarys_polygon_on_the_canvas_and_accept_is_undoable(
             shapely_wkt.loads(row["wkt"]), shapely_wkt.loads(accepted[row["name"]]["wkt"])
         )
     assert out["restarts"] == 0
+    # a box dragged on the map: the library's answer to that box (in EPSG:32633)
+    boxed = out["boxed"]
+    assert np.allclose(boxed["box"], [333200, 5819300, 333700, 5819800], atol=20)
+    want = canvas.click(key, [], box=boxed["box"])["candidates"][0]
+    (shown,) = boxed["shown"]
+    assert _same(shown["wkt"], want["wkt"]) and shown["score"] == pytest.approx(want["score"])
     # the dock saved nothing of the analyst's: their file holds their two features alone
     assert sorted(gpd.read_file(target)["name"]) == ["mine-1", "mine-2"]
 
