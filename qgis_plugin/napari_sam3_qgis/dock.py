@@ -47,7 +47,7 @@ PRECISION_KEY = "napari-sam3/dock/precision"
 # keywords and exemplars: the engine returns everything scoring at least this; the slider
 # filters above it without another model run
 SCORE_FLOOR = 0.05
-POLL_MS = 50
+POLL_MS = 100  # progress and the engine's messages while a job runs
 
 
 def connection_spec(text: str, precision: str) -> dict:
@@ -85,6 +85,7 @@ class Sam3Dock(QDockWidget):
         self._progress = None
         self._handlers = None
         self._said = 0
+        self._done = None
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._poll)
@@ -512,6 +513,8 @@ class Sam3Dock(QDockWidget):
             return
         self._handlers = (done, refused)
         self._said = 0
+        # the answer is taken as soon as it comes (queued to this thread); the timer shows progress
+        self._job.signals.finished.connect(self._poll)
         if progress or message:
             self._show_progress(message or f"SAM3: {action}")
         self._timer.start()
@@ -529,7 +532,9 @@ class Sam3Dock(QDockWidget):
         if not job.done:
             return
         self._timer.stop()
-        self._job = None
+        # held until the next job: its Qt signals object then goes on this thread, not the
+        # request's (a QObject freed on a plain Python thread warned, and risked a crash)
+        self._done, self._job = job, None
         self._hide_progress()
         on_result, on_refusal = self._handlers
         try:
