@@ -46,10 +46,9 @@ def qgis_side(plan_file: str) -> None:
 
     app = QgsApplication([], True)
     app.initQgis()
-    from qgis.gui import QgsMapCanvas, QgsMapMouseEvent, QgsMessageBar
-
     from napari_sam3_qgis.dock import Sam3Dock
     from napari_sam3_qgis.engine import Engine
+    from qgis.gui import QgsMapCanvas, QgsMapMouseEvent, QgsMessageBar
 
     plan = json.loads(Path(plan_file).read_text())
     engine = Engine(command=plan["command"], env=plan["env"])

@@ -106,8 +106,10 @@ def remove(layer: QgsVectorLayer, fids: list[int]) -> None:
 
 def filter_score(layer: QgsVectorLayer, minimum: float) -> int:
     """Show only polygons scoring at least `minimum` (a subset string: no model run); how many."""
-    layer.setSubsetString(f'"score" >= {minimum:.6f}' if minimum > 0 else "")
-    layer.triggerRepaint()
+    subset = f'"score" >= {minimum:.6f}' if minimum > 0 else ""
+    if layer.subsetString() != subset:  # setting it again reloads the layer: not per click
+        layer.setSubsetString(subset)
+        layer.triggerRepaint()
     return layer.featureCount()
 
 
