@@ -212,8 +212,16 @@ class Sam3Dock(QDockWidget):
         # wide enough for its content (never cut: no horizontal scroll bar), tall as QGIS allows
         margin = scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
         scroll.setMinimumWidth(body.minimumSizeHint().width() + margin)
+        self.raster.layerChanged.connect(self._other_raster)
         self.connection.editingFinished.connect(self._remember)
         self.precision.currentTextChanged.connect(self._remember)
+
+    def _other_raster(self, *_) -> None:
+        """The object being drawn belongs to the raster it was drawn on: kept there as it is."""
+        self._object = None
+        self.prompts.reset()
+        self._show_candidate()
+        self.filter()
 
     def _remember(self) -> None:
         settings = QgsSettings()
@@ -408,7 +416,8 @@ class Sam3Dock(QDockWidget):
     # -- results -----------------------------------------------------------------------------
     def results_layer(self):
         layer = self.raster.currentLayer()
-        return None if layer is None else self._layers.get(layer.id())
+        results_layer = None if layer is None else self._layers.get(layer.id())
+        return results_layer if results_layer is not None and _alive(results_layer) else None
 
     def filter(self, *_) -> int:
         minimum = self.score.value() / 100.0
