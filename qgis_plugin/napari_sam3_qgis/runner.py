@@ -53,6 +53,13 @@ def python() -> str:
     return chosen
 
 
+def worker_env() -> dict[str, str]:
+    """The worker's environment: QGIS's own, less what is QGIS's alone."""
+    env = {k: v for k, v in os.environ.items() if k not in QGIS_ONLY}
+    env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+    return env
+
+
 class Job:
     """A temporary folder for one run's files; removed afterwards with whatever is in it."""
 
@@ -74,8 +81,7 @@ class Job:
         spec.write_text(json.dumps(job), encoding="utf-8")
         log = (self.dir / "worker.log").open("w+", encoding="utf-8")
         flags = getattr(subprocess, "CREATE_NO_WINDOW", 0)
-        env = {k: v for k, v in os.environ.items() if k not in QGIS_ONLY}
-        env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+        env = worker_env()
         command = [python(), "-P", str(WORKER), str(spec)]  # -P: no plugin folder on its path
         if feedback is not None:
             feedback.pushDebugInfo("napari-sam3 runs: " + " ".join(command))

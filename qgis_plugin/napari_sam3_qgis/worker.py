@@ -9,6 +9,10 @@ Protocol: ``python worker.py JOB.json``. Events go to stdout as JSON lines (``pr
 ``info``, ``warning``, ``result``, ``error``, ``cancelled``); anything else the libraries print
 goes to stderr. A line ``cancel`` on stdin, or stdin closing, stops the job at the next tile:
 nothing is written for a cancelled raster. Exit codes: 0 done, 1 failed, 2 refused, 3 cancelled.
+
+``python worker.py --serve``: the warm engine of the QGIS dock (``engine.py``), alive until
+stdin closes or ``shutdown``; versioned requests on stdin and events on stdout, both JSON lines
+(``serve.py``, whose docstring is the protocol).
 """
 
 from __future__ import annotations
@@ -51,13 +55,28 @@ class Cancelled(BaseException):
         self.where = where
 
 
+def claim_stdout():
+    """The real stdout, for events alone: fd 1 (and sys.stdout) then point at stderr, so that
+    whatever the libraries print cannot break a line of the protocol."""
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
+
+
+def import_message(error: ImportError) -> str:
+    return (
+        f"{sys.executable} cannot import napari_sam3 ({error}): install napari-sam3 "
+        "there (pip install napari-sam3), or choose its Python in Settings > Options > "
+        "Processing > Providers > napari-sam3"
+    )
+
+
 class Events:
     """JSON lines to the provider on the real stdout; fd 1 itself then points at stderr."""
 
     def __init__(self) -> None:
-        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
+        self._out = claim_stdout()
         self.cancel = threading.Event()
         threading.Thread(target=self._watch_stdin, daemon=True).start()
 
@@ -401,16 +420,16 @@ ACTIONS = {
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:2] == ["--serve"]:
+        sys.path.insert(0, str(Path(__file__).parent))  # serve.py beside this file (run with -P)
+        from serve import serve
+
+        return serve()
     events = Events()
     try:
         import napari_sam3  # noqa: F401
     except ImportError as error:
-        events.emit(
-            "error",
-            message=f"{sys.executable} cannot import napari_sam3 ({error}): install napari-sam3 "
-            "there (pip install napari-sam3), or choose its Python in Settings > Options > "
-            "Processing > Providers > napari-sam3",
-        )
+        events.emit("error", message=import_message(error))
         return 2
     try:
         job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))

