@@ -126,11 +126,15 @@ def main() -> None:
             env={**env, "QT_QPA_PLATFORM": "offscreen"}, check=True,
         )  # fmt: skip
         raster = sample_raster(args.python, home)
+        # the model line shows a name, not a folder of the machine that made the picture
+        shown = "~/models/sam3-random-weights-tiny"
+        (home / "models").mkdir()
+        (home / "models" / "sam3-random-weights-tiny").symlink_to(args.models.resolve())
         args.out.parent.mkdir(parents=True, exist_ok=True)
         inside = home / "dock_image.py"
         inside.write_text(INSIDE)
         env["NAPARI_SAM3_DOCK_IMAGE"] = json.dumps({
-            "raster": str(raster), "models": str(args.models.resolve()), "out": str(args.out.resolve()),
+            "raster": str(raster), "models": shown, "out": str(args.out.resolve()),
             "keywords": args.keywords, "score": args.score, "click": [337500.0, 5818500.0],
         })  # fmt: skip
         args.out.unlink(missing_ok=True)

@@ -411,7 +411,7 @@ class Sam3Dock(QDockWidget):
         model, source = self._model(), self._opened["source"]
         results.add(layer, [results.feature(layer, r, prompt, source, model) for r in rows])
         count = self.filter()
-        self.say(f"{len(rows)} object(s) found; {count} on the map at this score", Qgis.Info)
+        self.say(f"{len(rows)} found; {count} shown at this score", Qgis.Info)
 
     # -- results -----------------------------------------------------------------------------
     def results_layer(self):
