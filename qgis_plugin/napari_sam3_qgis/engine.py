@@ -8,6 +8,7 @@ The worker runs in napari-sam3's own Python (``runner.python()``, QGIS's environ
     image = engine.request("open", {"raster": path, "bands": None})["image"]
     answer = engine.request("click", {"image": image, "points": [[x, y, 1]]})
 
+Requests run one at a time (a second waits for the first; the worker would refuse it as busy).
 ``request`` blocks its thread until the answer; it raises :class:`EngineRefused` (the worker
 refused the request: its message says what to change), :class:`EngineFailed` or
 :class:`EngineCancelled` (all :class:`EngineError`, a QgsProcessingException). A worker that
