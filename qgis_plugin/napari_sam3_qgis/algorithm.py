@@ -35,7 +35,7 @@ from qgis.core import (
     QgsVectorLayer,
 )
 
-from .runner import Job
+from .runner import Job, remember_connection, remembered_connection
 
 GROUP = "SAM3 segmentation"
 # The worker's result file: FlatGeobuf (one layer, typed fields, read by any GDAL QGIS has)
@@ -108,17 +108,24 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
         )
 
     def add_connection(self) -> None:
+        # the model line the SAM3 dock and the last run used is the default (runner.py)
+        remembered = remembered_connection()
+        folder = bool(remembered) and Path(remembered).expanduser().is_dir()
         self.addParameter(
             QgsProcessingParameterFile(
                 "MODELS",
                 "Model repository folder (run in-process), or give SERVER",
                 behavior=QgsProcessingParameterFile.Folder,
+                defaultValue=str(Path(remembered).expanduser()) if folder else None,
                 optional=True,
             )
         )
         self.addParameter(
             QgsProcessingParameterString(
-                "SERVER", "Triton server(s), host:port, comma-separated", optional=True
+                "SERVER",
+                "Triton server(s), host:port, comma-separated",
+                defaultValue=remembered if remembered and not folder else None,
+                optional=True,
             )
         )
         advanced = [
@@ -165,12 +172,22 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
     def connection(self, parameters, context) -> dict:
         """The ConnectionSpec fields the analyst set (the library holds every default)."""
         out: dict = {}
-        models = self.parameterAsFile(parameters, "MODELS", context)
+        # a default (the remembered model line) never competes with the other one given
+        models = (
+            self.parameterAsFile(parameters, "MODELS", context)
+            if "MODELS" in parameters or "SERVER" not in parameters
+            else ""
+        )
         if models:
             out["repository"] = models
-        server = self.parameterAsString(parameters, "SERVER", context).strip()
+        server = (
+            self.parameterAsString(parameters, "SERVER", context).strip()
+            if "SERVER" in parameters or "MODELS" not in parameters
+            else ""
+        )
         if server:
             out["servers"] = server
+        remember_connection(models or server)
         if self.parameterAsBool(parameters, "TLS", context):
             out["tls"] = True
         for name, field in (

@@ -41,8 +41,8 @@ from .engine import EngineCancelled
 from .map_tools import BoxTool, PointTool
 from .prompts import Prompts
 from .results import DockError
+from .runner import remember_connection, remembered_connection
 
-CONNECTION_KEY = "napari-sam3/dock/connection"
 PRECISION_KEY = "napari-sam3/dock/precision"
 # keywords and exemplars: the engine returns everything scoring at least this; the slider
 # filters above it without another model run
@@ -103,7 +103,7 @@ class Sam3Dock(QDockWidget):
         body = QWidget()
         column = QVBoxLayout(body)
         form = QFormLayout()
-        self.connection = QLineEdit(str(settings.value(CONNECTION_KEY, "") or ""))
+        self.connection = QLineEdit(remembered_connection())
         self.connection.setPlaceholderText("model folder, or Triton host:port[,host:port]")
         self.connection.setToolTip(
             "An exported model repository (runs in napari-sam3's Python, the Processing "
@@ -225,7 +225,7 @@ class Sam3Dock(QDockWidget):
 
     def _remember(self) -> None:
         settings = QgsSettings()
-        settings.setValue(CONNECTION_KEY, self.connection.text().strip())
+        remember_connection(self.connection.text())
         settings.setValue(PRECISION_KEY, self.precision.currentText())
 
     # -- commands (buttons and the tools' keys) ----------------------------------------------

@@ -30,6 +30,21 @@ EXIT_CANCELLED = 3
 QGIS_ONLY = ("PYTHONPATH", "PYTHONHOME", "GDAL_DATA", "GDAL_DRIVER_PATH", "PROJ_LIB", "PROJ_DATA")
 
 
+# The model line the dock and the Processing algorithms share: a repository folder or Triton
+# server(s) host:port[,...]; the dock shows it, the algorithms take it as MODELS's or SERVER's
+# default, and whichever was used last sets it.
+CONNECTION_KEY = "napari-sam3/connection"
+
+
+def remembered_connection() -> str:
+    return str(QgsSettings().value(CONNECTION_KEY, "") or "").strip()
+
+
+def remember_connection(text: str) -> None:
+    if text and text.strip():
+        QgsSettings().setValue(CONNECTION_KEY, text.strip())
+
+
 def default_python() -> Path:
     """Where install_qgis_plugin.sh puts the napari-sam3 environment."""
     if sys.platform == "win32":

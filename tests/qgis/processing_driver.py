@@ -99,6 +99,11 @@ def main(profile: str, runs_file: str) -> int:
         except QgsProcessingException as error:
             out.update(ok=False, error=str(error))
         out["canceled"] = feedback.isCanceled()
+        # what the next dialog of this algorithm offers: the model line this run left
+        fresh = QgsApplication.processingRegistry().createAlgorithmById(run["algorithm"])
+        out["defaults"] = {
+            name: fresh.parameterDefinition(name).defaultValue() for name in ("MODELS", "SERVER")
+        }
         out.update(warnings=feedback.warnings, errors=feedback.errors)
         for key, value in saved.items():
             settings.setValue(key, value)

@@ -39,6 +39,7 @@ def runs(qgis_env, profile, s2_tif, s2_folder, tiny_repository, tmp_path_factory
         "never": tmp / "never.gpkg",
         "empty": tmp / "empty.gpkg",
         "no python": tmp / "no",
+        "remembered": tmp / "remembered.gpkg",
     }
     raster = {"INPUT": str(s2_tif)}
     written = {**model, "MAX_DET": 4}
@@ -72,6 +73,11 @@ def runs(qgis_env, profile, s2_tif, s2_folder, tiny_repository, tmp_path_factory
          {**refused, **model}, {"settings": {PYTHON_SETTING: str(out["no python"])}}),
         ("bare python", "segment_text",  # QGIS's own Python has no napari_sam3
          {**refused, **model}, {"settings": {PYTHON_SETTING: QGIS_PYTHON}}),
+        # no MODELS or SERVER: the model line the dock (or the last run) left is the default
+        ("remembered line", "segment_text",
+         {**raster, "KEYWORDS": "building", "OUTPUT": out["remembered"], "PRECISION": "fp32",
+          "SCORE_THR": 0, "MAX_DET": 4},
+         {"settings": {"napari-sam3/connection": str(tiny_repository)}}),
         ("nothing found", "segment_text",  # not an error: an empty layer with every field
          {**raster, "KEYWORDS": "building", "OUTPUT": out["empty"], **model, "SCORE_THR": 1.0},
          {}),
@@ -172,3 +178,15 @@ def test_bad_input_is_a_processing_exception_with_the_library_message(runs):
     assert nothing["ok"], nothing
     gdf = gpd.read_file(out["empty"])
     assert len(gdf) == 0 and PROVENANCE <= set(gdf.columns) and gdf.crs.to_epsg() == 32633
+
+
+def test_the_model_line_is_shared_with_the_dock_and_the_last_run(runs, tiny_repository):
+    """One model line (runner.CONNECTION_KEY): the dock's, and the algorithms' default; a run
+    given MODELS or SERVER leaves it for the next dialog, and a default never competes with
+    the other one given (the server-down run above has SERVER alone and reaches the server)."""
+    done, out = runs
+    assert done["segment_text"]["defaults"] == {"MODELS": str(tiny_repository), "SERVER": None}
+    assert done["server down"]["defaults"] == {"MODELS": None, "SERVER": "127.0.0.1:1"}
+    remembered = done["remembered line"]
+    assert remembered["ok"], remembered
+    assert gpd.read_file(out["remembered"])["model_id"].nunique() == 1
