@@ -4,7 +4,7 @@ and threads: first text prompt on a new image, a second prompt on it, four keywo
 
 Run (full size; about 15-25 min on 2 threads with --repeat 2):
     python bench/bench_peer.py --checkpoint sam3.pt --repo models/sam3 [--threads 2] [--repeat 2]
-        [--pairs best,fp32] [--no-scene] [--json out.json]
+        [--pairs best,fp32] [--scene-pairs best,fp32] [--json out.json]
 
 `--repo` is `sam3-export --checkpoint <the same sam3.pt> --size full` of that checkpoint; the
 official side needs the `sam3` package (Meta's code; `pip install sam3`) and loads the checkpoint
@@ -443,7 +443,7 @@ def run_pair(args, name: str, sides: list[tuple[str, list[str]]], work: Path) ->
                         f"{answer['load'][0]:.1f}->{answer['load'][1]:.1f}",
                         flush=True,
                     )
-        if args.scene:
+        if name in args.scene_pairs:
             scene = work / "scene_2x2.tif"
             if not scene.exists():
                 write_scene(scene)
@@ -461,6 +461,7 @@ def run_pair(args, name: str, sides: list[tuple[str, list[str]]], work: Path) ->
 
 
 def report(name: str, pair: list[Side], args) -> list[str]:
+    scene = name in args.scene_pairs
     official, ours = pair
     lines = [
         f"\n### Pair `{name}`: {official.label} vs {ours.label} ({args.threads} threads, best of "
@@ -475,7 +476,7 @@ def report(name: str, pair: list[Side], args) -> list[str]:
         "| found (official / ours) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    steps = list(STEPS) + (["scene"] if args.scene else [])
+    steps = list(STEPS) + (["scene"] if scene else [])
     for step in steps:
         w = official.best(step, "wall"), ours.best(step, "wall")
         c = official.best(step, "cpu"), ours.best(step, "cpu")
@@ -511,7 +512,11 @@ def main() -> None:
         default="best,fp32",
         help="best: official bf16 autocast (where native) vs ours auto; fp32: both fp32",
     )
-    parser.add_argument("--no-scene", dest="scene", action="store_false")
+    parser.add_argument(
+        "--scene-pairs",
+        default="best,fp32",
+        help="the pairs that also run the 2x2-tile scene ('' for none; it costs 4 first prompts)",
+    )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     parser.add_argument("--worker", choices=["official", "embedded"], help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
@@ -536,6 +541,7 @@ def main() -> None:
         ],
     }  # fmt: skip
     wanted = [p.strip() for p in args.pairs.split(",") if p.strip()]
+    args.scene_pairs = {p.strip() for p in args.scene_pairs.split(",") if p.strip()}
     unknown = [p for p in wanted if p not in pairs]
     if unknown or not wanted:
         raise SystemExit(f"--pairs: choose from {sorted(pairs)}, got {args.pairs!r}")
