@@ -262,6 +262,7 @@ class EmbeddedSide:
         from napari_sam3 import segment_scene
 
         frame = segment_scene(self.client, path, PROMPT, tile_size=TILE, overlap=0, progress=False)
+        self.extra = {k: round(v, 2) for k, v in frame.attrs.get("timings", {}).items()}
         return len(frame)
 
     def describe(self) -> str:
@@ -314,7 +315,9 @@ def worker(args: argparse.Namespace) -> None:
             "load": [load_before, os.getloadavg()[0]],
             "peak_rss": peak_rss_bytes(),
             "rss": rss_bytes(),
+            **({"parts": side.extra} if getattr(side, "extra", None) else {}),
         }
+        side.extra = None
         print(json.dumps(result), file=out, flush=True)
 
 
@@ -451,7 +454,8 @@ def run_pair(args, name: str, sides: list[tuple[str, list[str]]], work: Path) ->
                 answer = side.run(step="scene", path=str(scene))
                 print(
                     f"[{name}] scene {side.label:18s} {answer['wall']:8.2f} s wall "
-                    f"{answer['cpu']:8.2f} s CPU found {answer['found']}",
+                    f"{answer['cpu']:8.2f} s CPU found {answer['found']} "
+                    f"{answer.get('parts', '')}",
                     flush=True,
                 )
     finally:
