@@ -2,7 +2,8 @@
 and threads: first text prompt on a new image, a second prompt on it, four keywords, a click, a
 2x2-tile scene, peak memory.
 
-Run (full size; about 15-25 min on 2 threads with --repeat 2):
+Run (full size, 2 threads: about 20 min with --repeat 1 --scene-pairs best, ~11 GiB of RAM for
+the two processes of a pair; the defaults take about twice as long):
     python bench/bench_peer.py --checkpoint sam3.pt --repo models/sam3 [--threads 2] [--repeat 2]
         [--pairs best,fp32] [--scene-pairs best,fp32] [--json out.json]
 
