@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .int8 import DEFAULT_SAMPLES, INT8_GRAPHS, PRESETS
 from .model import SIZES, CheckpointError
 
 
@@ -44,6 +45,42 @@ def _parser() -> argparse.ArgumentParser:
         "upgrading napari-sam3; seconds, the graphs are kept). Flavor, device, runtime and "
         "precision stay as written unless given",
     )
+    weights.add_argument(
+        "--quantize",
+        action="store_true",
+        help="quantize graphs of the repository already in --out to INT8 (OpenVINO IR beside "
+        "each graph, listed in its manifest; needs NNCF: pip install 'napari-sam3-export[int8]')",
+    )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="with --checkpoint or --random-weights: also quantize to INT8 (as --quantize)",
+    )
+    p.add_argument(
+        "--int8-graphs",
+        default=",".join(INT8_GRAPHS),
+        help=f"the graphs --int8/--quantize quantize, comma-separated (default {INT8_GRAPHS[0]})",
+    )
+    p.add_argument(
+        "--int8-preset",
+        choices=PRESETS,
+        default="performance",
+        help="NNCF's preset: performance (symmetric activations, default) or mixed",
+    )
+    p.add_argument(
+        "--int8-samples",
+        type=int,
+        default=DEFAULT_SAMPLES,
+        help=f"calibration inputs at most (default {DEFAULT_SAMPLES}; full size: ~30 s each)",
+    )
+    p.add_argument(
+        "--verify-images",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="a folder of your own images (GeoTIFF, JPEG 2000, PNG, JPEG): added to the "
+        "shipped Sentinel-2 scene to calibrate and check the INT8 graphs (repeatable)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of --random-weights (default 0)")
     p.add_argument("--size", choices=sorted(SIZES), default="full", help="default: full")
     p.add_argument("--out", type=Path, required=True, help="output model repository folder")
@@ -62,9 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--precision",
-        choices=("auto", "fp32", "bf16"),
+        choices=("auto", "fp32", "bf16", "int8"),
         default=None,
-        help="python and openvino flavors: fp32, bf16 (CPUs with native bf16 only), or auto",
+        help="python and openvino flavors: fp32, bf16 (CPUs with native bf16 only), int8 "
+        "(python flavor, the graphs with an INT8 IR; the others as auto), or auto",
     )
     p.add_argument(
         "--device",
@@ -139,6 +177,31 @@ def refresh(out: Path, args) -> int:
     return 0
 
 
+def quantize(out: Path, args):
+    """`--quantize` / `--int8`: the INT8 IRs written into `out`; the manifest, or None (an
+    error printed)."""
+    from napari_sam3.core.errors import Sam3Error
+
+    from .int8 import Options, quantize_repository
+
+    graphs = [g.strip() for g in args.int8_graphs.split(",") if g.strip()]
+    options = Options(preset=args.int8_preset, samples=args.int8_samples)
+    try:
+        manifest = quantize_repository(out, graphs, args.verify_images or (), options)
+    except Sam3Error as exc:
+        print(f"sam3-export: error: {exc}", file=sys.stderr)
+        return None
+    if not args.quiet:
+        for graph in graphs:
+            record = manifest.data["int8"][graph]
+            print(
+                f"sam3-export: {graph}: INT8 IR written ({record['calibration']['inputs']} "
+                f"calibration inputs, {record['seconds']} s; lowest cosine to fp32 on held-out "
+                f"images {record['check']['min_cosine']:.4f})"
+            )
+    return manifest
+
+
 def _write_repository(out: Path, manifest, args) -> None:
     if importlib.util.find_spec("sam3_export.triton_repo") is None:
         return
@@ -160,9 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.refresh:
         return refresh(args.out, args)
+    if args.quantize:
+        if quantize(args.out, args) is None:
+            return 1
+        return refresh(args.out, args)  # the ensembles carry the manifest
     for name, value in DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.precision == "int8" and not args.int8:
+        parser.error("--precision int8 runs INT8 graphs: add --int8 to make them")
     if importlib.util.find_spec("sam3_export.triton_repo") is not None:
         from .triton_repo import check_options
 
@@ -190,6 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"sam3-export: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    if args.int8:
+        manifest = quantize(args.out, args)
+        if manifest is None:
+            return 1
     _write_repository(args.out, manifest, args)
     if not args.quiet:
         kind = "RANDOM weights" if manifest.random_weights else f"checkpoint {manifest.checkpoint}"
