@@ -150,6 +150,8 @@ def check_int8(model_dir: str | Path, hashes: bool = False) -> Path:
     xml = int8_path(model_dir)
     record_path = xml.parent / INT8_RECORD
     what = f"the INT8 IR in {xml.parent}"
+    if not record_path.is_file():
+        raise BadData(f"{what} is missing (no {INT8_RECORD}); {QUANTIZE_HINT}")
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, KeyError, TypeError) as error:
