@@ -248,7 +248,13 @@ def quantize_graph(
     nncf = import_nncf()
     ov = _host.import_openvino()
     start = time.perf_counter()
-    model = ov.Core().read_model(str(path))
+    try:
+        model = ov.Core().read_model(str(path))
+    except RuntimeError as error:  # OpenVINO's own error for a file it cannot read
+        raise BadData(
+            f"{path}: OpenVINO cannot read it ({onnx_runner._gist(error)}); re-export the "
+            "repository"
+        ) from None
     quantized = quantize_model(model, samples, options)
     del model
     verdict = compare_features(path, quantized, check)
