@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -123,3 +125,36 @@ def test_precision_int8_needs_int8_graphs(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["--random-weights", "--size", "tiny", "--out", str(tmp_path), "--precision", "int8"])
     assert info.value.code == 2 and "--int8" in capsys.readouterr().err
+
+
+def test_the_python_flavor_runs_int8_from_the_copied_runner(quantized, tmp_path):
+    """Triton's Python backend runs the copy of onnx_runner.py beside each graph, with its
+    siblings only: written with --precision int8, the encoder's copy compiles its INT8 IR."""
+    from sam3_export.triton_repo import write_repository
+
+    write_repository(
+        quantized, contract.load_manifest(quantized), "python", "cpu", "openvino", "int8"
+    )
+    configs = load_model_configs(quantized)
+    assert configs[ENCODER].parameters["precision"] == "int8"
+    assert configs[contract.TEXT].parameters["precision"] == "auto"  # no INT8 IR: as auto
+    version = quantized / ENCODER / "1"
+    script = (
+        "import onnx_runner, sys\n"
+        "assert 'napari_sam3' not in sys.modules\n"
+        f"logic = onnx_runner.Logic('.', {dict(configs[ENCODER].parameters)!r})\n"
+        "print(logic.choice.precision, onnx_runner.int8_operations(logic.runner.compiled))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, '.'); exec({script!r})"],
+        cwd=version,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    precision, operations = done.stdout.split()
+    assert precision == "int8" and int(operations) > 0
