@@ -31,9 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-THRESHOLDS = (0.3, 0.5, 0.7)
-DEDUP = 0.85
-TOP = 50
+from napari_sam3.runtime.onnx_runner import PARITY_BOUNDS
+
+# the measuring code and its bounds are the verification's (sam3_export/verify.py)
+DEDUP = PARITY_BOUNDS["dedup"]
+TOP = PARITY_BOUNDS["top"]
 SIZE = [1008]  # the model's input size, set from the manifest
 
 
@@ -123,93 +125,9 @@ def _downstream(repo, name, feeds, produced, seen, threads):
     return [runner.run({k: feed[k] for k in runner.input_names})]
 
 
-def _scores(out) -> np.ndarray:
-    from napari_sam3.core import contract
-    from napari_sam3.runtime.postprocess import sigmoid
-
-    logits = np.asarray(out[contract.PRED_LOGITS]).reshape(-1)
-    presence = sigmoid(np.asarray(out[contract.PRESENCE_LOGIT]).reshape(-1)[:1])
-    return (sigmoid(logits) * presence).astype(np.float64)
-
-
-def _masks(low_res, cut: float = 0.0):
-    from napari_sam3.runtime.postprocess import threshold_masks
-
-    low = np.asarray(low_res, np.float32)
-    return threshold_masks(low.reshape(-1, *low.shape[-2:]), SIZE[0], cut)
-
-
-def _overlap_matrix(masks, index) -> np.ndarray:
-    dense = masks.take(index).to_dense().reshape(len(index), -1).astype(np.float32)
-    inter = dense @ dense.T
-    area = dense.sum(axis=1)
-    smaller = np.minimum(area[:, None], area[None, :])
-    return np.divide(inter, smaller, out=np.zeros_like(inter), where=smaller > 0)
-
-
-def compare_grounding(ref, got) -> dict:
-    from napari_sam3.core import contract
-
-    s0, s1 = _scores(ref), _scores(got)
-    flips = {f"flips@{t}": int(np.sum((s0 >= t) != (s1 >= t))) for t in THRESHOLDS}
-    # a threshold between every two neighbouring fp32 scores: the decisions an analyst can ask for
-    order = np.sort(s0)
-    cuts = (order[1:] + order[:-1]) / 2
-    flipped = [(np.sum((s0 >= c) != (s1 >= c))) for c in cuts]
-    top = np.argsort(-s0, kind="stable")[:TOP]
-    m0, m1 = _masks(ref[contract.PRED_MASKS]), _masks(got[contract.PRED_MASKS])
-    inter = [np.sum(m0.mask(int(i)).to_dense() & m1.mask(int(i)).to_dense()) for i in top.tolist()]
-    union = [np.sum(m0.mask(int(i)).to_dense() | m1.mask(int(i)).to_dense()) for i in top.tolist()]
-    iou = np.divide(inter, union, out=np.ones(len(top)), where=np.asarray(union) > 0)
-    c0, c1 = _overlap_matrix(m0, top), _overlap_matrix(m1, top)
-    upper = np.triu_indices(len(top), k=1)
-    dedup_flips = int(np.sum((c0[upper] >= DEDUP) != (c1[upper] >= DEDUP)))
-    boxes = np.abs(np.asarray(ref[contract.PRED_BOXES]) - np.asarray(got[contract.PRED_BOXES]))
-    gaps = np.abs(np.diff(order))
-    return {
-        "max |d score|": float(np.abs(s1 - s0).max()),
-        "median gap between fp32 scores": float(np.median(gaps)),
-        "score range": [float(s0.min()), float(s0.max())],
-        **flips,
-        "neighbour cuts flipped": f"{int(np.count_nonzero(flipped))} of {len(cuts)}",
-        "max |d box| (px)": float(boxes.max() * SIZE[0]),
-        f"mask IoU top {TOP}: min / median": [float(iou.min()), float(np.median(iou))],
-        f"dedup {DEDUP} pair decisions flipped (top {TOP})": f"{dedup_flips} of {upper[0].size}",
-        "pairs within 0.02 of the dedup threshold (fp32)": int(
-            np.sum(np.abs(c0[upper] - DEDUP) < 0.02)
-        ),
-    }
-
-
-def compare_pvs(ref, got) -> dict:
-    from napari_sam3.core import contract
-
-    iou0 = np.asarray(ref[contract.PVS_DECODER_IOU]).reshape(-1)
-    iou1 = np.asarray(got[contract.PVS_DECODER_IOU]).reshape(-1)
-    m0 = _masks(ref[contract.PVS_DECODER_MASKS]).to_dense()
-    m1 = _masks(got[contract.PVS_DECODER_MASKS]).to_dense()
-    inter = (m0 & m1).sum(axis=(1, 2))
-    union = (m0 | m1).sum(axis=(1, 2))
-    return {
-        "max |d predicted IoU|": float(np.abs(iou1 - iou0).max()),
-        "best candidate kept": bool(np.argmax(iou0) == np.argmax(iou1)),
-        "gap between the two best predicted IoUs": float(np.diff(np.sort(iou0))[-1]),
-        "mask IoU (3 candidates)": np.round(inter / np.maximum(union, 1), 4).tolist(),
-    }
-
-
-def relative(ref, got) -> dict:
-    return {
-        k: float(
-            np.abs(np.asarray(got[k], np.float64) - ref[k]).max() / (np.abs(ref[k]).max() or 1)
-        )
-        for k in ref
-        if np.asarray(ref[k]).dtype.kind == "f"
-    }
-
-
 def report(work: Path, variants: list[str]) -> dict:
     from napari_sam3.core import contract
+    from sam3_export.verify import compare_grounding, compare_pvs, relative
 
     with open(work / "out_fp32.pkl", "rb") as f:
         ref = pickle.load(f)
@@ -222,9 +140,9 @@ def report(work: Path, variants: list[str]) -> dict:
                 key = f"{name}[{k}]"
                 row = {"max |d| / max |fp32| per output": relative(r, g)}
                 if contract.PRED_LOGITS in r:
-                    row.update(compare_grounding(r, g))
+                    row.update(compare_grounding(r, g, SIZE[0]))
                 if contract.PVS_DECODER_IOU in r:
-                    row.update(compare_pvs(r, g))
+                    row.update(compare_pvs(r, g, SIZE[0]))
                 table.setdefault(key, {})[variant] = row
     return table
 

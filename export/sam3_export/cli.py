@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         '{"state_dict": ...}). A checkpoint without tracker.* weights exports the grounding '
         "graphs only (text and exemplar prompts; no clicks, no automatic masks).",
     )
-    weights = p.add_mutually_exclusive_group(required=True)
+    weights = p.add_mutually_exclusive_group()
     weights.add_argument(
         "--checkpoint",
         type=Path,
@@ -74,16 +74,41 @@ def _parser() -> argparse.ArgumentParser:
         help=f"calibration inputs at most (default {DEFAULT_SAMPLES}; full size: ~30 s each)",
     )
     p.add_argument(
+        "--verify",
+        type=Path,
+        metavar="REPO",
+        help="verify an existing repository against the PyTorch model (rewrites its "
+        "verification.json and VERIFICATION.md); a checkpoint's repository needs --checkpoint too",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the verification a --checkpoint export runs (its graphs against the PyTorch "
+        "model; precision 'auto' then follows the static rule)",
+    )
+    p.add_argument(
         "--verify-images",
         type=Path,
-        action="append",
         metavar="DIR",
-        help="a folder of your own images (GeoTIFF, JPEG 2000, PNG, JPEG): added to the "
-        "shipped Sentinel-2 scene to calibrate and check the INT8 graphs (repeatable)",
+        help="your own images (GeoTIFF, PNG, JPEG): verified on too, and used to calibrate and "
+        "check INT8 graphs, besides the shipped Sentinel-2 scene",
+    )
+    p.add_argument(
+        "--verify-thresholds",
+        type=_thresholds,
+        default=(),
+        metavar="T,T",
+        help="score thresholds whose keep/drop decisions must hold too (default 0.3, 0.5, 0.7)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads of the verification (default: the runtimes' own)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of --random-weights (default 0)")
     p.add_argument("--size", choices=sorted(SIZES), default="full", help="default: full")
-    p.add_argument("--out", type=Path, required=True, help="output model repository folder")
+    p.add_argument("--out", type=Path, help="output model repository folder")
     p.add_argument(
         "--flavor",
         choices=("onnx", "python", "openvino"),
@@ -130,6 +155,48 @@ def _queue_size(text: str) -> int:
     if not 0 <= value <= 1 << 20:
         raise argparse.ArgumentTypeError(f"a number of requests, 0 (no limit) or more: {text!r}")
     return value
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        values = (-1.0,)
+    if not values or not all(0 < v < 1 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"score thresholds between 0 and 1, e.g. 0.4,0.6: {text!r}"
+        )
+    return values
+
+
+def verify(repository: Path, args) -> int:
+    """`--verify` (or after a checkpoint export): the report, one line per graph printed."""
+    from napari_sam3.core.errors import Sam3Error
+
+    from .verify import verify as run_verification
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"sam3-export: {line}")
+
+    try:
+        report = run_verification(
+            repository,
+            checkpoint=args.checkpoint,
+            images_dir=args.verify_images,
+            threads=args.threads,
+            thresholds=args.verify_thresholds,
+            progress=progress,
+        )
+    except Sam3Error as exc:
+        print(f"sam3-export: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if not args.quiet:
+        print(
+            f"sam3-export: verification written to {repository}/VERIFICATION.md "
+            f"({report['seconds']} s); precision 'auto' follows it"
+        )
+    return 0
 
 
 DEFAULTS = {"flavor": "onnx", "device": "gpu", "runtime": "auto", "precision": "auto"}
@@ -187,7 +254,9 @@ def quantize(out: Path, args):
     graphs = [g.strip() for g in args.int8_graphs.split(",") if g.strip()]
     options = Options(preset=args.int8_preset, samples=args.int8_samples)
     try:
-        manifest = quantize_repository(out, graphs, args.verify_images or (), options)
+        manifest = quantize_repository(
+            out, graphs, [args.verify_images] if args.verify_images else (), options
+        )
     except Sam3Error as exc:
         print(f"sam3-export: error: {exc}", file=sys.stderr)
         return None
@@ -221,6 +290,16 @@ def _write_repository(out: Path, manifest, args) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.verify is not None:
+        if args.random_weights or args.refresh:
+            parser.error("--verify REPO takes --checkpoint (a checkpoint's repository) only")
+        return verify(args.verify, args)
+    if not (args.checkpoint or args.random_weights or args.refresh or args.quantize):
+        parser.error(
+            "one of --checkpoint, --random-weights, --refresh, --quantize or --verify is required"
+        )
+    if args.out is None:
+        parser.error("--out DIR is required")
     if args.refresh:
         return refresh(args.out, args)
     if args.quantize:
@@ -270,6 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"sam3-export: {manifest.size} model ({kind}), model_id {manifest.model_id[:16]}, "
             f"written to {args.out}"
         )
+    if args.checkpoint is not None and not args.no_verify:
+        code = verify(args.out, args)
+        if code:
+            return code
+    elif args.checkpoint is not None and not args.quiet:
+        print("sam3-export: verification skipped (--no-verify): 'auto' follows the static rule")
     if not manifest.interactive_head:  # printed even with -q: the repository is limited
         print(
             "sam3-export: note: the checkpoint has no interactive (tracker.*) weights; "

@@ -189,7 +189,7 @@ def test_the_summary_is_one_short_line_per_distinct_choice(avx2, bf16_host, monk
     choices |= {g: R.choose(g, "openvino", "auto", bf16_host) for g in contract.PVS_GRAPHS}
     line = R.summary(choices)
     assert line.startswith("openvino bf16: encoder, text, PVS; fp32: decoder")
-    assert line.endswith("(docs/serving.md#precision)") and "\n" not in line
+    assert line.endswith("(rule: docs/serving.md#precision)") and "\n" not in line
     assert len(line) < 120
     why = R.reasons(choices)
     assert why.count("native bf16") == 1  # each reason once, not once per graph

@@ -30,7 +30,7 @@ def test_auto_never_fails_on_either_cpu(tiny_repository, capsys, any_host):
     assert code == 0, err
     planned = "bf16" if any_host.native_bf16()[0] else "fp32"
     assert f"graphs run with openvino {planned}: encoder" in err, err
-    assert "(docs/serving.md#precision)" in err
+    assert "(rule: docs/serving.md#precision)" in err
 
 
 def test_unknown_runtime_is_refused_by_the_parser(tiny_repository, capsys):

@@ -157,3 +157,26 @@ def test_the_int8_ir_has_its_own_compiled_cache_folder(tiny_repository, tmp_path
     weights = xml.with_suffix(".bin")
     weights.write_bytes(weights.read_bytes() + b"\0")  # the weights change, the xml does not
     assert R._graph_signature(xml) != before
+
+
+def test_auto_takes_int8_only_where_the_report_holds_it(int8_hosts, tmp_path):
+    """Under `auto`, int8 comes only from a verification report whose int8 verdict holds for
+    the graph, on a host that runs int8, for a graph with its INT8 IR; otherwise not."""
+    report = tmp_path / R.VERIFICATION_FILE
+    holds = R.Verification(report, {ENCODER: {"fp32": "holds", "bf16": "holds", "int8": "holds"}})
+    fails = R.Verification(report, {ENCODER: {"fp32": "holds", "bf16": "holds", "int8": "fails"}})
+    vnni = int8_hosts["vnni"]
+    picked = R.choose(ENCODER, "auto", "auto", vnni, holds, int8_file=True)
+    assert (picked.runtime, picked.precision, picked.asked) == ("openvino", "int8", "auto")
+    assert "int8 holds in VERIFICATION.md (INT8 on VNNI)" in picked.reason
+    no_ir = R.choose(ENCODER, "auto", "auto", vnni, holds, int8_file=False)
+    assert no_ir.precision == "fp32" and "no INT8 IR" in no_ir.reason
+    assert R.choose(ENCODER, "auto", "auto", vnni, fails, int8_file=True).precision == "fp32"
+    for name in ("no_avx2", "no_int8_listed"):
+        assert (
+            R.choose(ENCODER, "auto", "auto", int8_hosts[name], holds, int8_file=True).precision
+            != "int8"
+        )
+    without = R.choose(ENCODER, "auto", "auto", int8_hosts["no_openvino"], holds, int8_file=True)
+    assert (without.runtime, without.precision) == ("onnxruntime", "fp32")
+    assert R.choose(ENCODER, "openvino", "auto", vnni, None, int8_file=True).precision == "fp32"

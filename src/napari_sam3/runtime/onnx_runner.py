@@ -10,8 +10,11 @@ runner has the same surface: `run(feed) -> outputs`.
 so no start pays for a benchmark: OpenVINO before ONNX Runtime on a CPU (fp32: 1.2x on the
 encoder), ONNX Runtime where its CUDA provider is present, bf16 only for the graphs in
 `BF16_GRAPHS` (those whose end-to-end parity bounds were measured to hold in bf16, see
-tests/runtimes) and only on a CPU with native bf16. int8 only where asked for. Each choice
-carries the reason it was made.
+tests/runtimes) and only on a CPU with native bf16. Where the repository holds a verification
+report (`verification.json`, written by `sam3-export`, measured on its own checkpoint against
+the PyTorch model), the report replaces that list: per graph, the fastest precision this host
+runs natively whose verdict holds (int8 too, where the graph has an INT8 IR: auto never
+picks int8 otherwise). Each choice carries the reason it was made.
 
 This file is copied beside each Triton Python model, so it imports nothing from napari_sam3 but
 its siblings there (host.py, core/errors.py).
@@ -19,6 +22,7 @@ its siblings there (host.py, core/errors.py).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,12 +53,24 @@ INT8 = "int8"
 PRECISIONS = (FP32, BF16, INT8)
 AUTO = "auto"
 
-# Graphs that hold in bf16 by the rule of docs/benchmarks.md ("Which graphs run in bf16"),
+# The bounds a graph at a lower precision is held to, against its reference (fp32 for the bf16
+# rule below, the PyTorch model for a verification report): scores within `score`, no keep/drop
+# decision flipped at any of `score_thresholds`, every one of the `top` best masks (thresholded
+# at `mask_thr`) with IoU >= `mask_iou`, no dedup decision (overlap `dedup`) changed, the best
+# interactive candidate kept. bench/bf16_heads.py and sam3_export/verify.py both measure by them.
+PARITY_BOUNDS = {
+    "score": 0.005,
+    "score_thresholds": (0.3, 0.5, 0.7),
+    "mask_thr": 0.5,
+    "mask_iou": 0.95,
+    "top": 50,
+    "dedup": 0.85,
+    "best_candidate_kept": True,
+}
+# Graphs that hold in bf16 by PARITY_BOUNDS (docs/benchmarks.md, "Which graphs run in bf16"),
 # measured head by head on the inputs a real prompt gives them (bench/bf16_heads.py, full size,
-# native and emulated bf16): scores within 0.005 of fp32, no keep/drop decision flipped at
-# score_thr 0.3/0.5/0.7, every top-50 mask IoU >= 0.95, no dedup (0.85) decision flipped, the
-# best PVS candidate kept; tests/runtime/test_bf16_parity.py holds the tiny model to its bounds.
-# A graph missing here stays fp32 under precision="auto".
+# native and emulated bf16); tests/runtime/test_bf16_parity.py holds the tiny model to its bounds.
+# A graph missing here stays fp32 under precision="auto" (unless a verification report decides).
 BF16_GRAPHS = frozenset(
     {
         "sam3_unified_encoder",
@@ -84,6 +101,17 @@ SHORT_NAMES = {
 }
 PRECISION_DOC = "docs/serving.md#precision"
 
+# The verification report of a repository (sam3_export/verify.py writes it; auto reads it)
+VERIFICATION_FILE = "verification.json"
+VERIFICATION_SUMMARY = "VERIFICATION.md"
+VERIFICATION_FORMAT = "napari-sam3 verification"
+VERIFICATION_VERSION = 1
+VERIFICATION_MAX_BYTES = 4 << 20  # a report of 7 graphs x 3 precisions is a few tens of kB
+REPORT_PRECISIONS = PRECISIONS  # the names a report may use (int8: where it is built)
+HOLDS, FAILS, NOT_RUN = "holds", "fails", "not run"
+VERDICTS = (HOLDS, FAILS, NOT_RUN)
+FASTEST_FIRST = (INT8, BF16)  # the lower precisions auto may take from a report, fastest first
+
 
 class PrecisionUnavailable(InvalidInput):
     """bf16 or int8 was asked for explicitly where it cannot run."""
@@ -110,13 +138,16 @@ class Choice:
     precision: str
     reason: str
     asked: str = AUTO  # the precision the caller asked for: only an explicit bf16 may fail
+    basis: str = ""  # what auto followed: VERIFICATION_SUMMARY, or "" for the static rule
 
     def __str__(self) -> str:
         return f"{self.runtime}/{self.precision}"
 
     def fell_back(self, why: str) -> Choice:
         """This choice at fp32, because bf16 could not be compiled or verified."""
-        return Choice(self.runtime, FP32, f"{self.reason}; fp32 because {why}", self.asked)
+        return dataclasses.replace(
+            self, precision=FP32, reason=f"{self.reason}; fp32 because {why}"
+        )
 
 
 def int8_path(model_dir: str | Path) -> Path:
@@ -178,11 +209,14 @@ def choose(
     runtime: str = AUTO,
     precision: str = AUTO,
     host: _host.Host | None = None,
+    verified: Verification | None = None,
     int8_file: bool = False,
 ) -> Choice:
     """The runtime and precision `graph` runs at, with the reason, on `host` (this machine by
-    default: `host.detect()`; tests pass other machines). `int8_file`: the graph has an INT8
-    IR (`has_int8`); int8 runs only where asked for."""
+    default: `host.detect()`; tests pass other machines). `verified`: the repository's report
+    (`load_verification`); under `auto` it replaces the static bf16 rule. `int8_file`: the graph
+    has an INT8 IR (`has_int8`); int8 runs where asked for, or under `auto` where the report's
+    int8 verdict holds."""
     check_choice(runtime, precision)
     host = _host.detect() if host is None else host
     reasons = []
@@ -215,6 +249,8 @@ def choose(
                 "Use precision='fp32' (or 'auto', which falls back to fp32 and says so)"
             )
         return Choice(runtime, BF16, "; ".join(reasons + [f"bf16 asked for, {why}"]), BF16)
+    if verified is not None:
+        return _verified_choice(graph, runtime, reasons, host, verified, int8_file)
     if not native:
         return Choice(runtime, FP32, "; ".join(reasons + [f"fp32 because {why}"]))
     if graph not in BF16_GRAPHS:
@@ -247,13 +283,17 @@ def choose_repository(
     runtime: str = AUTO,
     precision: str = AUTO,
     host: _host.Host | None = None,
+    verified: Verification | None = None,
 ) -> dict[str, Choice]:
     """`choose` for every graph of a repository (name -> its version folder). int8 asked for
     applies to the graphs that have an INT8 IR; the others run as under `auto`, and say so. A
     repository without any INT8 IR is refused then."""
     check_choice(runtime, precision)
     if precision != INT8:
-        return {name: choose(name, runtime, precision, host) for name in graphs}
+        return {
+            name: choose(name, runtime, precision, host, verified, int8_file=has_int8(folder))
+            for name, folder in graphs.items()
+        }
     quantized = {name for name, folder in graphs.items() if has_int8(folder)}
     if graphs and not quantized:
         raise PrecisionUnavailable(
@@ -265,18 +305,176 @@ def choose_repository(
         if name in quantized:
             choices[name] = choose(name, runtime, INT8, host, int8_file=True)
         else:
-            auto = choose(name, runtime, AUTO, host)
-            choices[name] = Choice(
-                auto.runtime, auto.precision, f"{auto.reason}; no INT8 file: as auto", AUTO
+            auto = choose(name, runtime, AUTO, host, verified)
+            choices[name] = dataclasses.replace(
+                auto, reason=f"{auto.reason}; no INT8 file: as auto", asked=AUTO
             )
     return choices
 
 
+class VerificationIgnored(UserWarning):
+    """A repository's verification report could not be used; auto follows the static rule."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The verdicts of a repository's report that auto reads: graph -> precision -> verdict."""
+
+    path: Path
+    verdicts: dict
+
+    def verdict(self, graph: str, precision: str) -> str:
+        return self.verdicts.get(graph, {}).get(precision, NOT_RUN)
+
+    def holding(self, graph: str) -> frozenset[str]:
+        return frozenset(p for p, v in self.verdicts.get(graph, {}).items() if v == HOLDS)
+
+
+class _Damaged(BadData):
+    pass
+
+
+_WARNED: set[tuple] = set()
+
+
+def load_verification(repository: str | Path) -> Verification | None:
+    """The report of `repository` (`verification.json` at its root), or None: none there, or one
+    that cannot be trusted (too large, not JSON, another format version, made for other graph
+    files or another model), then with a `VerificationIgnored` warning naming it and why. Never
+    raises: a report is a file from elsewhere, and auto falls back to the rule without it."""
+    path = Path(repository) / VERIFICATION_FILE
+    try:
+        if not path.exists():
+            return None
+        stat = path.stat()
+        return Verification(path, _checked_verdicts(path, stat.st_size))
+    except (_Damaged, OSError, ValueError, TypeError, RecursionError) as error:
+        try:
+            key = (str(path), *(lambda s: (s.st_size, s.st_mtime_ns))(path.stat()), str(error))
+        except OSError:
+            key = (str(path), str(error))
+        if key not in _WARNED:
+            _WARNED.add(key)
+            warnings.warn(
+                f"ignoring the verification report {path}: {error}. Precision 'auto' follows "
+                f"the rule ({PRECISION_DOC}); `sam3-export --verify {path.parent}` writes a new one",
+                VerificationIgnored,
+                stacklevel=3,
+            )
+        return None
+
+
+def _checked_verdicts(path: Path, size: int) -> dict:
+    if not path.is_file():
+        raise _Damaged("it is not a file")
+    if size > VERIFICATION_MAX_BYTES:
+        raise _Damaged(f"{size:,} bytes, over the {VERIFICATION_MAX_BYTES:,} a report can be")
+    try:
+        report = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise _Damaged(f"not JSON ({error})") from None
+    if not isinstance(report, dict) or report.get("format") != VERIFICATION_FORMAT:
+        raise _Damaged(f"not a {VERIFICATION_FORMAT} report")
+    version = report.get("version")
+    if type(version) is not int or version != VERIFICATION_VERSION:
+        raise _Damaged(
+            f"format version {str(version)[:20]}; this version of napari-sam3 reads "
+            f"version {VERIFICATION_VERSION}"
+        )
+    manifest = _manifest_model_id(path.parent)
+    if manifest is not None and report.get("model_id") != manifest:
+        raise _Damaged("it was made for another model (model_id differs from the manifest's)")
+    graphs = report.get("graphs")
+    if not isinstance(graphs, dict) or not graphs:
+        raise _Damaged("it lists no graphs")
+    verdicts = {}
+    for graph, entry in graphs.items():
+        if graph not in SHORT_NAMES:
+            raise _Damaged(f"unknown graph {str(graph)[:60]!r}")
+        if not isinstance(entry, dict) or not isinstance(entry.get("precisions"), dict):
+            raise _Damaged(f"{graph}: no precisions")
+        file = Path(path.parent) / graph / "1" / "model.onnx"
+        digest = entry.get("digest")
+        if not isinstance(digest, str):
+            raise _Damaged(f"{graph}: no digest of its graph file")
+        if not file.is_file():
+            raise _Damaged(f"{graph}: the repository has no such graph file")
+        if graph_digest(file) != digest:
+            raise _Damaged(f"{graph}: made for other graph files (checksums differ)")
+        verdicts[graph] = {}
+        for precision, result in entry["precisions"].items():
+            if precision not in REPORT_PRECISIONS:
+                raise _Damaged(f"{graph}: unknown precision {str(precision)[:20]!r}")
+            verdict = result.get("verdict") if isinstance(result, dict) else None
+            if verdict not in VERDICTS:
+                raise _Damaged(
+                    f"{graph} {precision}: verdict {str(verdict)[:20]!r} is not one of {VERDICTS}"
+                )
+            verdicts[graph][precision] = verdict
+    return verdicts
+
+
+def _manifest_model_id(repository: Path) -> str | None:
+    """The manifest's model_id (None: no manifest beside the report, as in a bare graph copy)."""
+    path = repository / "sam3_manifest.json"
+    if not path.is_file() or path.stat().st_size > VERIFICATION_MAX_BYTES:
+        return None
+    try:
+        value = json.loads(path.read_bytes()).get("model_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _runs_natively(precision: str, host: _host.Host, int8_file: bool) -> tuple[bool, str]:
+    if precision == BF16:
+        return host.native_bf16()
+    if precision == INT8:
+        return host.int8() if int8_file else (False, "the graph has no INT8 IR")
+    if precision not in PRECISIONS:
+        return False, f"this version of napari-sam3 runs no {precision} graphs"
+    return True, f"{precision} runs here"
+
+
+def _verified_choice(
+    graph: str,
+    runtime: str,
+    reasons: list[str],
+    host: _host.Host,
+    verified: Verification,
+    int8_file: bool = False,
+) -> Choice:
+    """Auto by the report: the fastest precision whose verdict holds and that runs natively."""
+    holds = verified.holding(graph)
+    missed = []
+    for precision in FASTEST_FIRST:
+        if precision not in holds:
+            missed.append(f"{precision} {verified.verdict(graph, precision)}")
+            continue
+        native, why = _runs_natively(precision, host, int8_file)
+        if native:
+            why = f"{precision} holds in {VERIFICATION_SUMMARY} ({why})"
+            return Choice(
+                runtime, precision, "; ".join([*reasons, why]), basis=VERIFICATION_SUMMARY
+            )
+        missed.append(f"{precision} holds but {why}")
+    why = f"fp32 by {VERIFICATION_SUMMARY}: {', '.join(missed)}"
+    return Choice(runtime, FP32, "; ".join([*reasons, why]), basis=VERIFICATION_SUMMARY)
+
+
+def available_precisions(model_dir: str | Path) -> tuple[str, ...]:
+    """The precisions the graph in `model_dir` (`<repository>/<graph>/1`) can be run at: fp32 and
+    bf16 from its model.onnx (bf16 where the CPU has it natively, or emulated for verification),
+    int8 where `sam3-export --quantize` wrote its INT8 IR."""
+    return tuple(p for p in PRECISIONS if p != INT8 or has_int8(model_dir))
+
+
 def summary(choices: dict[str, Choice]) -> str:
-    """One short line: 'openvino bf16: encoder, text, PVS; fp32: decoder, ... (docs/...)'.
+    """One short line: 'openvino bf16: encoder, text, PVS; fp32: decoder, ... (rule: docs/...)'.
 
     One part per distinct runtime and precision, graphs by their short names; the same line in
-    `repr(client)`, the CLI and the panel.
+    `repr(client)`, the CLI and the panel. It ends with what auto followed: the repository's
+    verification report ("verified: VERIFICATION.md") or the static rule.
     """
     if not choices:
         return "no ONNX graphs"
@@ -293,7 +491,14 @@ def summary(choices: dict[str, Choice]) -> str:
         label = precision if runtime == previous_runtime else f"{runtime} {precision}"
         parts.append(f"{label}: {', '.join(names)}")
         previous_runtime = runtime
-    return "; ".join(parts) + f" ({PRECISION_DOC})"
+    return "; ".join(parts) + f" ({basis(choices)})"
+
+
+def basis(choices: dict[str, Choice]) -> str:
+    """What the choices followed: 'verified: VERIFICATION.md' or 'rule: docs/serving.md#...'."""
+    if any(choice.basis for choice in choices.values()):
+        return f"verified: {VERIFICATION_SUMMARY}"
+    return f"rule: {PRECISION_DOC}"
 
 
 def _group_order(key: tuple[str, str]) -> tuple[int, int]:
@@ -395,6 +600,34 @@ class OrtRunner:
         return dict(zip(self.output_names, outputs, strict=True))
 
 
+_CONTENT: dict[tuple, object] = {}  # (path, size, mtime) -> blake2b state of the graph file
+
+
+def _content_hash(path: Path):
+    """blake2b over the graph file's bytes, hashed once per process per file version."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _CONTENT:
+        digest = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        _CONTENT.clear()  # one file's state at a time is all a start needs again
+        _CONTENT[key] = digest
+    return _CONTENT[key].copy()
+
+
+def graph_digest(path: str | Path) -> str:
+    """What a verification report names a graph by: its file's bytes (a small graph's weights
+    are in it) and the names and sizes of its external data files (a full-size encoder's 1.8 GB
+    are not hashed at every start; the manifest's model_id, checked too, names the weights)."""
+    path = Path(path)
+    digest = _content_hash(path)
+    for extra in sorted(path.parent.glob(path.name + ".*")):
+        digest.update(f"{extra.name}:{extra.stat().st_size}".encode())
+    return digest.hexdigest()
+
+
 def _graph_signature(path: Path) -> str:
     """A cache folder name that changes whenever the graph or its external data change.
 
@@ -403,10 +636,7 @@ def _graph_signature(path: Path) -> str:
     size and modification time, as hashing 1.8 GB at every start would cost seconds. An INT8 IR
     (model.xml, its weights in model.bin) is a file of its own, so it has its own folder.
     """
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    digest = _content_hash(path)
     extras = [*path.parent.glob(path.name + ".*")]
     if path.suffix == ".xml" and path.with_suffix(".bin").is_file():
         extras.append(path.with_suffix(".bin"))
@@ -443,11 +673,10 @@ def verify_precision(choice: Choice, reported, graph: str) -> Choice:
             f"({_host.detect().native_bf16()[1]}). Use precision='fp32' (or 'auto', which falls "
             "back and says so)"
         )
-    return Choice(
-        choice.runtime,
-        got,
-        f"{choice.reason}; {got} because OpenVINO compiled it at {got}",
-        choice.asked,
+    return dataclasses.replace(
+        choice,
+        precision=got,
+        reason=f"{choice.reason}; {got} because OpenVINO compiled it at {got}",
     )
 
 
@@ -510,6 +739,13 @@ def compile_openvino(
         source = openvino_source(path, precision, folder)
         return core.compile_model(str(source), "CPU", _ov_config(precision, threads))
 
+    if choice.precision == INT8:
+        try:
+            return compile_int8(compile_at, graph or path), choice
+        except Exception as error:  # noqa: BLE001 - OpenVINO raises its own types
+            if choice.asked == INT8:
+                raise
+            choice = choice.fell_back(f"its INT8 IR could not be used ({_gist(error)})")
     try:
         compiled = compile_at(choice.precision)
     except Exception as error:  # noqa: BLE001 - OpenVINO raises its own types
@@ -517,13 +753,6 @@ def compile_openvino(
             raise
         choice = choice.fell_back(f"OpenVINO could not compile it in bf16 ({_gist(error)})")
         compiled = compile_at(FP32)
-    if choice.precision == INT8:
-        if int8_operations(compiled) == 0:
-            raise PrecisionUnavailable(
-                f"int8 asked for, but OpenVINO compiled no int8 operation of {graph or path} on "
-                f"this CPU ({_host.detect().int8()[1]}). Use precision='fp32' (or 'auto')"
-            )
-        return compiled, choice
     planned = choice.precision
     choice = verify_precision(
         choice, compiled.get_property("INFERENCE_PRECISION_HINT"), graph or path
@@ -531,6 +760,18 @@ def compile_openvino(
     if planned == BF16 and choice.precision != BF16 and folder is not None:
         compiled = compile_at(FP32)
     return compiled, choice
+
+
+def compile_int8(compile_at, graph: str):
+    """The INT8 IR compiled, refused (PrecisionUnavailable) where OpenVINO compiled none of its
+    matrix products or convolutions in int8: it would run in floating point under int8's name."""
+    compiled = compile_at(INT8)
+    if int8_operations(compiled) == 0:
+        raise PrecisionUnavailable(
+            f"int8 asked for, but OpenVINO compiled no int8 operation of {graph} on this CPU "
+            f"({_host.detect().int8()[1]}). Use precision='fp32' (or 'auto')"
+        )
+    return compiled
 
 
 # The operations whose arithmetic INT8 speeds up, by the CPU plugin's layer types
@@ -649,9 +890,10 @@ def make_runner(
     it runs at, after compiling). `choice` (from `choose`) replaces runtime and precision."""
     path = str(path)
     graph = graph or Path(path).parent.parent.name
-    choice = choice or choose(
-        graph, runtime, precision, int8_file=precision == INT8 and has_int8(Path(path).parent)
-    )
+    if choice is None:
+        verified = load_verification(Path(path).parent.parent.parent) if precision == AUTO else None
+        int8_file = precision in (AUTO, INT8) and has_int8(Path(path).parent)
+        choice = choose(graph, runtime, precision, verified=verified, int8_file=int8_file)
     try:
         if choice.runtime == OPENVINO:
             runner = OpenVinoRunner(path, choice, threads, cache_dir, graph, cache_limit)

@@ -69,6 +69,7 @@ class LocalEngine:
         rle_kernels.set_threads(threads)  # the masks' threads too, not only the graphs'
         self.runtime, self.precision = runtime, precision
         # decided now, so that an impossible choice (bf16 on a CPU without it) fails at once
+        verified = onnx_runner.load_verification(self.repository) if precision == "auto" else None
         self.choices = onnx_runner.choose_repository(
             {
                 name: self.repository / name / "1"
@@ -77,6 +78,7 @@ class LocalEngine:
             },
             runtime,
             precision,
+            verified=verified,
         )
         # per-model overrides of config parameters, e.g. {"sam3_cached": {"cache_bytes": 1e9}}
         self.model_parameters = {
