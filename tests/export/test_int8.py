@@ -158,3 +158,31 @@ def test_the_python_flavor_runs_int8_from_the_copied_runner(quantized, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     precision, operations = done.stdout.split()
     assert precision == "int8" and int(operations) > 0
+
+
+def test_the_verification_rejects_a_broken_int8_ir(quantized, tmp_path):
+    """`sam3-export --verify` runs the INT8 encoder against the PyTorch model: an IR calibrated
+    on blank images (written here past the quantizer's own check) gets the verdict "fails", and
+    the sound IR's measured differences are smaller than the broken one's."""
+    from sam3_export.verify import verify
+
+    def verdict(repo):
+        report = verify(
+            repo, graphs=(ENCODER,), precisions=("int8",), threads=1, progress=lambda line: None
+        )
+        return report["graphs"][ENCODER]["precisions"]["int8"]
+
+    sound = verdict(quantized)
+    broken_repo = tmp_path / "broken"
+    shutil.copytree(quantized, broken_repo)
+    ov = int8._host.import_openvino()
+    model = ov.Core().read_model(str(contract.graph_path(broken_repo, ENCODER)))
+    size = contract.load_manifest(broken_repo).image_size
+    blank = [np.full((1, 3, size, size), 255, np.uint8)] * 4
+    int8.write_ir(
+        broken_repo / ENCODER / "1", int8.quantize_model(model, blank, int8.Options()), {}
+    )
+    broken = verdict(broken_repo)
+    assert broken["verdict"] == R.FAILS, broken
+    score = "max |d score|"
+    assert sound["measured"][score] < broken["measured"][score], (sound, broken)
