@@ -56,6 +56,7 @@ class Options:
     samples: int = DEFAULT_SAMPLES
     smooth_quant: bool = True
     fast_bias_correction: bool = True
+    bias_correction: bool = True
     ignored: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
@@ -64,6 +65,7 @@ class Options:
             "samples": self.samples,
             "smooth_quant": self.smooth_quant,
             "fast_bias_correction": self.fast_bias_correction,
+            "bias_correction": self.bias_correction,
             "ignored": list(self.ignored),
         }
 
@@ -187,7 +189,10 @@ def quantize_model(model, samples: list, options: Options):
     advanced = nncf.AdvancedQuantizationParameters(
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(
             matmul=0.95 if options.smooth_quant else -1
-        )
+        ),
+        # its statistics hold every layer's outputs per input: at full size they did not fit
+        # in 24 GB with 4 inputs (docs/benchmarks.md)
+        disable_bias_correction=not options.bias_correction,
     )
     return nncf.quantize(
         model,
