@@ -74,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"calibration inputs at most (default {DEFAULT_SAMPLES}; full size: ~30 s each)",
     )
     p.add_argument(
+        "--int8-no-bias-correction",
+        action="store_true",
+        help="skip NNCF's bias correction (its statistics took over 24 GB at full size)",
+    )
+    p.add_argument(
         "--verify",
         type=Path,
         metavar="REPO",
@@ -252,7 +257,11 @@ def quantize(out: Path, args):
     from .int8 import Options, quantize_repository
 
     graphs = [g.strip() for g in args.int8_graphs.split(",") if g.strip()]
-    options = Options(preset=args.int8_preset, samples=args.int8_samples)
+    options = Options(
+        preset=args.int8_preset,
+        samples=args.int8_samples,
+        bias_correction=not args.int8_no_bias_correction,
+    )
     try:
         manifest = quantize_repository(
             out, graphs, [args.verify_images] if args.verify_images else (), options
