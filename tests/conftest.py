@@ -185,7 +185,7 @@ def _precision_is_pinned(request, monkeypatch):
 
     decide, real_detect = onnx_runner.choose, machine.detect
 
-    def pinned(graph, runtime="auto", precision="auto", host=None, verified=None):
+    def pinned(graph, runtime="auto", precision="auto", host=None, verified=None, **more):
         this_host = host is None and machine.detect is real_detect  # not a described host
         if precision == "auto" and this_host and runtime in ("auto", onnx_runner.OPENVINO):
             raise AssertionError(
@@ -193,7 +193,7 @@ def _precision_is_pinned(request, monkeypatch):
                 f"decides; pass precision={SUITE_PRECISION!r} (SUITE_PRECISION) or "
                 "--precision fp32, or mark the test auto_precision"
             )
-        return decide(graph, runtime, precision, host, verified)
+        return decide(graph, runtime, precision, host, verified, **more)
 
     monkeypatch.setattr(onnx_runner, "choose", pinned)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from napari_sam3.core.arguments import ArgumentParser
 
+from .int8 import DEFAULT_SAMPLES, INT8_GRAPHS, PRESETS
 from .model import SIZES, CheckpointError
 
 
@@ -46,6 +47,39 @@ def _parser() -> argparse.ArgumentParser:
         "upgrading napari-sam3; seconds, the graphs are kept). Flavor, device, runtime and "
         "precision stay as written unless given",
     )
+    weights.add_argument(
+        "--quantize",
+        action="store_true",
+        help="quantize graphs of the repository already in --out to INT8 (OpenVINO IR beside "
+        "each graph, listed in its manifest; needs NNCF: pip install 'napari-sam3-export[int8]')",
+    )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="with --checkpoint or --random-weights: also quantize to INT8 (as --quantize)",
+    )
+    p.add_argument(
+        "--int8-graphs",
+        default=",".join(INT8_GRAPHS),
+        help=f"the graphs --int8/--quantize quantize, comma-separated (default {INT8_GRAPHS[0]})",
+    )
+    p.add_argument(
+        "--int8-preset",
+        choices=PRESETS,
+        default="performance",
+        help="NNCF's preset: performance (symmetric activations, default) or mixed",
+    )
+    p.add_argument(
+        "--int8-samples",
+        type=int,
+        default=DEFAULT_SAMPLES,
+        help=f"calibration inputs at most (default {DEFAULT_SAMPLES}; full size: ~30 s each)",
+    )
+    p.add_argument(
+        "--int8-no-bias-correction",
+        action="store_true",
+        help="skip NNCF's bias correction (its statistics took over 24 GB at full size)",
+    )
     p.add_argument(
         "--verify",
         type=Path,
@@ -63,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         "--verify-images",
         type=Path,
         metavar="DIR",
-        help="verify on these GeoTIFF/PNG/JPEG images too (besides the shipped Sentinel-2 tile)",
+        help="your own images (GeoTIFF, PNG, JPEG): verified on too, and used to calibrate and "
+        "check INT8 graphs, besides the shipped Sentinel-2 scene",
     )
     p.add_argument(
         "--verify-thresholds",
@@ -96,9 +131,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--precision",
-        choices=("auto", "fp32", "bf16"),
+        choices=("auto", "fp32", "bf16", "int8"),
         default=None,
-        help="python and openvino flavors: fp32, bf16 (CPUs with native bf16 only), or auto",
+        help="python and openvino flavors: fp32, bf16 (CPUs with native bf16 only), int8 "
+        "(python flavor, the graphs with an INT8 IR; the others as auto), or auto",
     )
     p.add_argument(
         "--device",
@@ -215,6 +251,37 @@ def refresh(out: Path, args) -> int:
     return 0
 
 
+def quantize(out: Path, args):
+    """`--quantize` / `--int8`: the INT8 IRs written into `out`; the manifest, or None (an
+    error printed)."""
+    from napari_sam3.core.errors import Sam3Error
+
+    from .int8 import Options, quantize_repository
+
+    graphs = [g.strip() for g in args.int8_graphs.split(",") if g.strip()]
+    options = Options(
+        preset=args.int8_preset,
+        samples=args.int8_samples,
+        bias_correction=not args.int8_no_bias_correction,
+    )
+    try:
+        manifest = quantize_repository(
+            out, graphs, [args.verify_images] if args.verify_images else (), options
+        )
+    except Sam3Error as exc:
+        print(f"sam3-export: error: {exc}", file=sys.stderr)
+        return None
+    if not args.quiet:
+        for graph in graphs:
+            record = manifest.data["int8"][graph]
+            print(
+                f"sam3-export: {graph}: INT8 IR written ({record['calibration']['inputs']} "
+                f"calibration inputs, {record['seconds']} s; lowest cosine to fp32 on held-out "
+                f"images {record['check']['min_cosine']:.4f})"
+            )
+    return manifest
+
+
 def _write_repository(out: Path, manifest, args) -> None:
     if importlib.util.find_spec("sam3_export.triton_repo") is None:
         return
@@ -238,15 +305,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.random_weights or args.refresh:
             parser.error("--verify REPO takes --checkpoint (a checkpoint's repository) only")
         return verify(args.verify, args)
-    if not (args.checkpoint or args.random_weights or args.refresh):
-        parser.error("one of --checkpoint, --random-weights, --refresh or --verify is required")
+    if not (args.checkpoint or args.random_weights or args.refresh or args.quantize):
+        parser.error(
+            "one of --checkpoint, --random-weights, --refresh, --quantize or --verify is required"
+        )
     if args.out is None:
         parser.error("--out DIR is required")
     if args.refresh:
         return refresh(args.out, args)
+    if args.quantize:
+        if quantize(args.out, args) is None:
+            return 1
+        return refresh(args.out, args)  # the ensembles carry the manifest
     for name, value in DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.precision == "int8" and not args.int8:
+        parser.error("--precision int8 runs INT8 graphs: add --int8 to make them")
     if importlib.util.find_spec("sam3_export.triton_repo") is not None:
         from .triton_repo import check_options
 
@@ -274,6 +349,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"sam3-export: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    if args.int8:
+        manifest = quantize(args.out, args)
+        if manifest is None:
+            return 1
     _write_repository(args.out, manifest, args)
     if not args.quiet:
         kind = "RANDOM weights" if manifest.random_weights else f"checkpoint {manifest.checkpoint}"

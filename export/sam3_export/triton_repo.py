@@ -175,6 +175,8 @@ def _graph_model(
         _write(out_dir / name, config)
     else:
         _instances(config, "KIND_CPU" if device == "cpu" else "KIND_GPU")
+        if precision == onnx_runner.INT8 and not onnx_runner.has_int8(out_dir / name / "1"):
+            precision = onnx_runner.AUTO  # int8 where the graph has its INT8 IR
         _set_parameters(config, {"runtime": runtime, "precision": precision})
         _python_model(out_dir / name, config, "onnx_runner", ("host",))
     return inputs, outputs
@@ -242,6 +244,11 @@ def check_options(
         )
     if flavor == "onnx" and precision == onnx_runner.BF16:
         raise ValueError("Triton's ONNX Runtime backend runs these graphs at fp32 only")
+    if flavor != "python" and precision == onnx_runner.INT8:
+        raise ValueError(
+            "int8 runs the INT8 IRs through our runner in Triton's Python backend: use "
+            "--flavor python"
+        )
 
 
 def write_repository(

@@ -146,7 +146,7 @@ class Sam3Algorithm(QgsProcessingAlgorithm):
                 "RUNTIME", "In-process runtime: auto, openvino or onnxruntime", optional=True
             ),
             QgsProcessingParameterString(
-                "PRECISION", "In-process precision: auto, fp32 or bf16", optional=True
+                "PRECISION", "In-process precision: auto, fp32, bf16 or int8", optional=True
             ),
             _number("THREADS", "In-process threads per graph (default: every core)", integer=True),
         ]

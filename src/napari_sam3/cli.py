@@ -123,7 +123,8 @@ def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISION_CHOICES,
         default="auto",
-        help="fp32, bf16 (OpenVINO on a CPU with native bf16 only) or auto "
+        help="fp32, bf16 (OpenVINO on a CPU with native bf16 only), int8 (OpenVINO, the graphs "
+        "quantized by `sam3-export --quantize`, the others as auto) or auto "
         "(bf16 where native and measured to hold, else fp32)",
     )
     group.add_argument(

@@ -142,7 +142,8 @@ class Sam3Client:
         `cache_bytes`: the bound of the in-process feature cache (default: the repository's
         `sam3_cached` config, four full-size images); it must hold at least one image.
         `runtime`: "openvino" (CPU), "onnxruntime" (CPU, or CUDA where installed) or "auto";
-        `precision`: "fp32", "bf16" (OpenVINO on a CPU with native bf16 only) or "auto".
+        `precision`: "fp32", "bf16" (OpenVINO on a CPU with native bf16 only), "int8" (OpenVINO,
+        the graphs quantized by `sam3-export --quantize`; the others as auto) or "auto".
         `repr(client)` and `client.engine.runtime_summary(reasons=True)` say what was picked.
         """
         overrides = {}

@@ -25,6 +25,8 @@ from pathlib import Path
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # the CPU computes bf16 in hardware
 AMX_FLAGS = ("amx_tile", "amx_bf16", "amx_int8")
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+# OpenVINO's CPU plugin runs INT8 graphs from AVX2 on; VNNI and AMX compute them faster
+INT8_FLAGS = ("avx2",)
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
 
@@ -134,11 +136,28 @@ class Host:
             return False, f"OpenVINO does not list BF16 for this CPU (flags {', '.join(present)})"
         return True, f"native bf16 ({', '.join(present)}; OpenVINO lists BF16)"
 
+    def int8(self) -> tuple[bool, str]:
+        """(whether OpenVINO runs INT8 graphs here, why): the CPU must have AVX2 at least and
+        OpenVINO must list INT8 for it. VNNI (avx512_vnni, avx_vnni) or AMX make them fast;
+        on AVX2 alone they run, with less gain over fp32."""
+        if not any(f in self.cpu_flags for f in INT8_FLAGS):
+            return False, "this CPU has no AVX2, which OpenVINO's INT8 kernels need"
+        if not self.openvino:
+            return False, "OpenVINO is not installed (INT8 graphs run in OpenVINO only)"
+        if "INT8" not in self.openvino_capabilities:
+            return False, "OpenVINO does not list INT8 for this CPU"
+        if self.amx:
+            return True, "INT8 on AMX"
+        if self.vnni:
+            return True, "INT8 on VNNI"
+        return True, "INT8 on AVX2 (no VNNI or AMX: less gain over fp32)"
+
     def describe(self) -> str:
         """One line for `napari-sam3 info` and bug reports."""
         native, why = self.native_bf16()
         parts = [
             f"bf16: {'yes' if native else 'no'} ({why})",
+            f"int8: {'yes' if self.int8()[0] else 'no'} ({self.int8()[1]})",
             f"AMX: {'yes' if self.amx else 'no'}",
             f"VNNI: {'yes' if self.vnni else 'no'}",
             f"OpenVINO: {self.openvino_version or 'not installed'}",

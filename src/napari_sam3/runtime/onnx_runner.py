@@ -1,8 +1,10 @@
 """Runs one ONNX graph with a chosen runtime and precision (embedded engine and `--flavor python`).
 
 Runtimes: ONNX Runtime (CPU, or its CUDA provider where installed) and OpenVINO (CPU), both on
-the same `model.onnx`; precisions fp32 and bf16 (OpenVINO only, and only where the CPU computes
-bf16 natively: AVX512_BF16 or AMX). Every runner has the same surface: `run(feed) -> outputs`.
+the same `model.onnx`; precisions fp32, bf16 (OpenVINO only, and only where the CPU computes
+bf16 natively: AVX512_BF16 or AMX) and int8 (OpenVINO only, on a CPU with AVX2 at least, from the
+INT8 IR that `sam3-export --quantize` writes beside a graph: `<graph>/1/int8/model.xml`). Every
+runner has the same surface: `run(feed) -> outputs`.
 
 `auto` is a static rule from figures measured on the full-size graphs (docs/benchmarks.md),
 so no start pays for a benchmark: OpenVINO before ONNX Runtime on a CPU (fp32: 1.2x on the
@@ -11,7 +13,8 @@ encoder), ONNX Runtime where its CUDA provider is present, bf16 only for the gra
 tests/runtimes) and only on a CPU with native bf16. Where the repository holds a verification
 report (`verification.json`, written by `sam3-export`, measured on its own checkpoint against
 the PyTorch model), the report replaces that list: per graph, the fastest precision this host
-runs natively whose verdict holds. Each choice carries the reason it was made.
+runs natively whose verdict holds (int8 too, where the graph has an INT8 IR: auto never
+picks int8 otherwise). Each choice carries the reason it was made.
 
 This file is copied beside each Triton Python model, so it imports nothing from napari_sam3 but
 its siblings there (host.py, core/errors.py).
@@ -46,7 +49,8 @@ OPENVINO = "openvino"
 RUNTIMES = (ONNXRUNTIME, OPENVINO)
 FP32 = "fp32"
 BF16 = "bf16"
-PRECISIONS = (FP32, BF16)
+INT8 = "int8"
+PRECISIONS = (FP32, BF16, INT8)
 AUTO = "auto"
 
 # The bounds a graph at a lower precision is held to, against its reference (fp32 for the bf16
@@ -78,7 +82,13 @@ BF16_GRAPHS = frozenset(
         "sam3_pvs_decoder_grid",
     }
 )
-_OV_PRECISION = {FP32: "f32", BF16: "bf16"}
+# An INT8 IR runs its quantized operations in int8 and the rest (softmax, norms, ...) in fp32
+_OV_PRECISION = {FP32: "f32", BF16: "bf16", INT8: "f32"}
+# Where `sam3-export --quantize` writes a graph's INT8 IR, beside its model.onnx, and the
+# record of its files' sizes and hashes (also in the manifest, under "int8")
+INT8_FOLDER = "int8"
+INT8_RECORD = "int8.json"
+QUANTIZE_HINT = "make it with `sam3-export --quantize REPOSITORY`"
 # The one-line summary names graphs by what they do (docs/serving.md#precision)
 SHORT_NAMES = {
     "sam3_unified_encoder": "encoder",
@@ -97,15 +107,14 @@ VERIFICATION_SUMMARY = "VERIFICATION.md"
 VERIFICATION_FORMAT = "napari-sam3 verification"
 VERIFICATION_VERSION = 1
 VERIFICATION_MAX_BYTES = 4 << 20  # a report of 7 graphs x 3 precisions is a few tens of kB
-INT8 = "int8"
-REPORT_PRECISIONS = (FP32, BF16, INT8)  # the names a report may use (int8: where it is built)
+REPORT_PRECISIONS = PRECISIONS  # the names a report may use (int8: where it is built)
 HOLDS, FAILS, NOT_RUN = "holds", "fails", "not run"
 VERDICTS = (HOLDS, FAILS, NOT_RUN)
 FASTEST_FIRST = (INT8, BF16)  # the lower precisions auto may take from a report, fastest first
 
 
 class PrecisionUnavailable(InvalidInput):
-    """bf16 was asked for explicitly where it cannot run natively."""
+    """bf16 or int8 was asked for explicitly where it cannot run."""
 
 
 class GraphCompileError(RunFailed):
@@ -141,21 +150,78 @@ class Choice:
         )
 
 
+def int8_path(model_dir: str | Path) -> Path:
+    """The INT8 IR of the graph whose version folder is `model_dir` (it may not exist)."""
+    return Path(model_dir) / INT8_FOLDER / "model.xml"
+
+
+def has_int8(model_dir: str | Path) -> bool:
+    """Whether `sam3-export --quantize` wrote an INT8 IR for this graph (not yet checked)."""
+    xml = int8_path(model_dir)
+    return xml.is_file() and (xml.parent / INT8_RECORD).is_file()
+
+
+def int8_files(xml: Path) -> dict[str, Path]:
+    return {"model.xml": xml, "model.bin": xml.with_suffix(".bin")}
+
+
+def file_record(path: Path) -> dict:
+    """Size and sha256 of one file (the INT8 record's entry)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def check_int8(model_dir: str | Path, hashes: bool = False) -> Path:
+    """The INT8 IR of a graph, checked against the record written with it: sizes always,
+    sha256 with `hashes`. A file missing, truncated, replaced or (with `hashes`) altered is
+    refused (BadData)."""
+    xml = int8_path(model_dir)
+    record_path = xml.parent / INT8_RECORD
+    what = f"the INT8 IR in {xml.parent}"
+    if not record_path.is_file():
+        raise BadData(f"{what} is missing (no {INT8_RECORD}); {QUANTIZE_HINT}")
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise BadData(
+            f"{what}: its record {INT8_RECORD} is unreadable ({error}); {QUANTIZE_HINT}"
+        ) from None
+    for name, path in int8_files(xml).items():
+        expected = record.get(name) if isinstance(record, dict) else None
+        if not isinstance(expected, dict) or not path.is_file():
+            raise BadData(f"{what}: {name} is missing or not recorded; {QUANTIZE_HINT}")
+        size = path.stat().st_size
+        if size != expected.get("bytes"):
+            raise BadData(
+                f"{what}: {name} is {size:,} bytes but {expected.get('bytes')} were written "
+                f"(truncated or replaced?); {QUANTIZE_HINT}"
+            )
+        if hashes and file_record(path)["sha256"] != expected.get("sha256"):
+            raise BadData(f"{what}: {name} does not match its sha256 (damaged); {QUANTIZE_HINT}")
+    return xml
+
+
 def choose(
     graph: str,
     runtime: str = AUTO,
     precision: str = AUTO,
     host: _host.Host | None = None,
     verified: Verification | None = None,
+    int8_file: bool = False,
 ) -> Choice:
     """The runtime and precision `graph` runs at, with the reason, on `host` (this machine by
     default: `host.detect()`; tests pass other machines). `verified`: the repository's report
-    (`load_verification`); under `auto` it replaces the static bf16 rule."""
+    (`load_verification`); under `auto` it replaces the static bf16 rule. `int8_file`: the graph
+    has an INT8 IR (`has_int8`); int8 runs where asked for, or under `auto` where the report's
+    int8 verdict holds."""
     check_choice(runtime, precision)
     host = _host.detect() if host is None else host
     reasons = []
     if runtime == AUTO:
-        if host.cuda and precision != BF16:
+        if host.cuda and precision not in (BF16, INT8):
             runtime = ONNXRUNTIME
             reasons.append("ONNX Runtime's CUDA provider is present")
         elif host.openvino:
@@ -166,6 +232,8 @@ def choose(
             reasons.append("OpenVINO is not installed")
     if precision == FP32:
         return Choice(runtime, FP32, "; ".join(reasons + ["fp32 asked for"]), FP32)
+    if precision == INT8:
+        return _choose_int8(graph, runtime, host, int8_file, reasons)
     if runtime == ONNXRUNTIME:
         if precision == BF16:
             raise PrecisionUnavailable(
@@ -182,12 +250,66 @@ def choose(
             )
         return Choice(runtime, BF16, "; ".join(reasons + [f"bf16 asked for, {why}"]), BF16)
     if verified is not None:
-        return _verified_choice(graph, runtime, reasons, host, verified)
+        return _verified_choice(graph, runtime, reasons, host, verified, int8_file)
     if not native:
         return Choice(runtime, FP32, "; ".join(reasons + [f"fp32 because {why}"]))
     if graph not in BF16_GRAPHS:
         return Choice(runtime, FP32, "; ".join(reasons + ["fp32: not measured to hold in bf16"]))
     return Choice(runtime, BF16, "; ".join(reasons + [why]))
+
+
+def _choose_int8(
+    graph: str, runtime: str, host: _host.Host, int8_file: bool, reasons: list[str]
+) -> Choice:
+    if runtime == ONNXRUNTIME:
+        raise PrecisionUnavailable(
+            "int8 runs in OpenVINO only (the INT8 graphs are OpenVINO IR): use runtime='openvino'"
+            + ("" if host.openvino else " after `pip install openvino`")
+            + " (or precision='fp32' or 'auto')"
+        )
+    able, why = host.int8()
+    if not able:
+        raise PrecisionUnavailable(f"int8 asked for, but {why}. Use precision='fp32' (or 'auto')")
+    if not int8_file:
+        raise PrecisionUnavailable(
+            f"int8 asked for, but graph {graph} has no INT8 file in this repository: "
+            f"{QUANTIZE_HINT}, or use precision='fp32' (or 'auto')"
+        )
+    return Choice(runtime, INT8, "; ".join(reasons + [f"int8 asked for, {why}"]), INT8)
+
+
+def choose_repository(
+    graphs: dict[str, Path],
+    runtime: str = AUTO,
+    precision: str = AUTO,
+    host: _host.Host | None = None,
+    verified: Verification | None = None,
+) -> dict[str, Choice]:
+    """`choose` for every graph of a repository (name -> its version folder). int8 asked for
+    applies to the graphs that have an INT8 IR; the others run as under `auto`, and say so. A
+    repository without any INT8 IR is refused then."""
+    check_choice(runtime, precision)
+    if precision != INT8:
+        return {
+            name: choose(name, runtime, precision, host, verified, int8_file=has_int8(folder))
+            for name, folder in graphs.items()
+        }
+    quantized = {name for name, folder in graphs.items() if has_int8(folder)}
+    if graphs and not quantized:
+        raise PrecisionUnavailable(
+            f"int8 asked for, but no graph of this repository has an INT8 file: {QUANTIZE_HINT}, "
+            "or use precision='fp32' (or 'auto')"
+        )
+    choices = {}
+    for name in graphs:
+        if name in quantized:
+            choices[name] = choose(name, runtime, INT8, host, int8_file=True)
+        else:
+            auto = choose(name, runtime, AUTO, host, verified)
+            choices[name] = dataclasses.replace(
+                auto, reason=f"{auto.reason}; no INT8 file: as auto", asked=AUTO
+            )
+    return choices
 
 
 class VerificationIgnored(UserWarning):
@@ -304,16 +426,23 @@ def _manifest_model_id(repository: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _runs_natively(precision: str, host: _host.Host) -> tuple[bool, str]:
+def _runs_natively(precision: str, host: _host.Host, int8_file: bool) -> tuple[bool, str]:
     if precision == BF16:
         return host.native_bf16()
+    if precision == INT8:
+        return host.int8() if int8_file else (False, "the graph has no INT8 IR")
     if precision not in PRECISIONS:
         return False, f"this version of napari-sam3 runs no {precision} graphs"
     return True, f"{precision} runs here"
 
 
 def _verified_choice(
-    graph: str, runtime: str, reasons: list[str], host: _host.Host, verified: Verification
+    graph: str,
+    runtime: str,
+    reasons: list[str],
+    host: _host.Host,
+    verified: Verification,
+    int8_file: bool = False,
 ) -> Choice:
     """Auto by the report: the fastest precision whose verdict holds and that runs natively."""
     holds = verified.holding(graph)
@@ -322,7 +451,7 @@ def _verified_choice(
         if precision not in holds:
             missed.append(f"{precision} {verified.verdict(graph, precision)}")
             continue
-        native, why = _runs_natively(precision, host)
+        native, why = _runs_natively(precision, host, int8_file)
         if native:
             why = f"{precision} holds in {VERIFICATION_SUMMARY} ({why})"
             return Choice(
@@ -335,8 +464,9 @@ def _verified_choice(
 
 def available_precisions(model_dir: str | Path) -> tuple[str, ...]:
     """The precisions the graph in `model_dir` (`<repository>/<graph>/1`) can be run at: fp32 and
-    bf16 from its model.onnx (bf16 where the CPU has it natively, or emulated for verification)."""
-    return PRECISIONS
+    bf16 from its model.onnx (bf16 where the CPU has it natively, or emulated for verification),
+    int8 where `sam3-export --quantize` wrote its INT8 IR."""
+    return tuple(p for p in PRECISIONS if p != INT8 or has_int8(model_dir))
 
 
 def summary(choices: dict[str, Choice]) -> str:
@@ -503,10 +633,14 @@ def _graph_signature(path: Path) -> str:
 
     The graph file itself is hashed (it holds the weights of small graphs; a full-size graph file
     keeps only its structure, its weights lie in external data); external data files are keyed by
-    size and modification time, as hashing 1.8 GB at every start would cost seconds.
+    size and modification time, as hashing 1.8 GB at every start would cost seconds. An INT8 IR
+    (model.xml, its weights in model.bin) is a file of its own, so it has its own folder.
     """
     digest = _content_hash(path)
-    for extra in sorted(path.parent.glob(path.name + ".*")):
+    extras = [*path.parent.glob(path.name + ".*")]
+    if path.suffix == ".xml" and path.with_suffix(".bin").is_file():
+        extras.append(path.with_suffix(".bin"))
+    for extra in sorted(extras):
         stat = extra.stat()
         digest.update(f"{extra.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()
@@ -562,8 +696,12 @@ def openvino_source(path: str | Path, precision: str, folder: Path | None) -> Pa
     the text encoder 2.5 GB and 1.4 GB, at the same speed (bench/bench_memory.py,
     docs/benchmarks.md). fp16 keeps more mantissa than the bf16 the CPU computes in; OpenVINO
     leaves constants outside fp16's range in fp32. fp32 compiles from the ONNX file as exported.
+    int8: the graph's INT8 IR, checked against its record (`check_int8`; its hashes too when
+    `folder` holds no compiled blob yet).
     """
     path = Path(path)
+    if precision == INT8:  # hashed when compiled from it, not when its compiled blob is cached
+        return check_int8(path.parent, hashes=folder is None or not any(folder.glob("*.blob")))
     if precision != BF16 or folder is None:
         return path
     xml = folder / "ir-f16" / "model.xml"
@@ -601,6 +739,13 @@ def compile_openvino(
         source = openvino_source(path, precision, folder)
         return core.compile_model(str(source), "CPU", _ov_config(precision, threads))
 
+    if choice.precision == INT8:
+        try:
+            return compile_int8(compile_at, graph or path), choice
+        except Exception as error:  # noqa: BLE001 - OpenVINO raises its own types
+            if choice.asked == INT8:
+                raise
+            choice = choice.fell_back(f"its INT8 IR could not be used ({_gist(error)})")
     try:
         compiled = compile_at(choice.precision)
     except Exception as error:  # noqa: BLE001 - OpenVINO raises its own types
@@ -615,6 +760,35 @@ def compile_openvino(
     if planned == BF16 and choice.precision != BF16 and folder is not None:
         compiled = compile_at(FP32)
     return compiled, choice
+
+
+def compile_int8(compile_at, graph: str):
+    """The INT8 IR compiled, refused (PrecisionUnavailable) where OpenVINO compiled none of its
+    matrix products or convolutions in int8: it would run in floating point under int8's name."""
+    compiled = compile_at(INT8)
+    if int8_operations(compiled) == 0:
+        raise PrecisionUnavailable(
+            f"int8 asked for, but OpenVINO compiled no int8 operation of {graph} on this CPU "
+            f"({_host.detect().int8()[1]}). Use precision='fp32' (or 'auto')"
+        )
+    return compiled
+
+
+# The operations whose arithmetic INT8 speeds up, by the CPU plugin's layer types
+_INT8_LAYERS = ("Convolution", "Deconvolution", "FullyConnected", "MatMul")
+
+
+def int8_operations(compiled) -> int:
+    """How many matrix products and convolutions of a compiled model OpenVINO runs in int8
+    (u8/i8): none means the INT8 IR was compiled in floating point after all."""
+    count = 0
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if "layerType" not in info or "runtimePrecision" not in info:
+            continue
+        layer, runs = (info[k].astype(str) for k in ("layerType", "runtimePrecision"))
+        count += layer in _INT8_LAYERS and runs in ("u8", "i8")
+    return count
 
 
 def release_file_pages(paths: list[Path]) -> int:
@@ -665,7 +839,8 @@ class OpenVinoRunner:
         ov = _host.import_openvino()
         core = ov.Core()
         base = Path(cache_dir) if cache_dir else default_cache_dir()
-        self.cache_dir = base / _graph_signature(Path(path))
+        source = int8_path(Path(path).parent) if choice.precision == INT8 else Path(path)
+        self.cache_dir = base / _graph_signature(source)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         os.utime(self.cache_dir)  # used now: the pruning below goes by this time
         core.set_property({"CACHE_DIR": str(self.cache_dir)})
@@ -689,6 +864,8 @@ class OpenVinoRunner:
         its IR, its compiled-model cache."""
         found = [path, *path.parent.glob(path.name + ".*")]
         found += [*self.cache_dir.glob("*.blob"), *self.cache_dir.glob("ir-*/model.*")]
+        if self.choice.precision == INT8:
+            found += int8_files(int8_path(path.parent)).values()
         return [p.resolve() for p in found if p.is_file()]
 
     def run(self, feed: dict) -> dict:
@@ -715,14 +892,15 @@ def make_runner(
     graph = graph or Path(path).parent.parent.name
     if choice is None:
         verified = load_verification(Path(path).parent.parent.parent) if precision == AUTO else None
-        choice = choose(graph, runtime, precision, verified=verified)
+        int8_file = precision in (AUTO, INT8) and has_int8(Path(path).parent)
+        choice = choose(graph, runtime, precision, verified=verified, int8_file=int8_file)
     try:
         if choice.runtime == OPENVINO:
             runner = OpenVinoRunner(path, choice, threads, cache_dir, graph, cache_limit)
             choice = runner.choice
         else:
             runner = OrtRunner(path, threads)
-    except PrecisionUnavailable:
+    except (PrecisionUnavailable, BadData):
         raise
     except ImportError as error:
         raise GraphCompileError(

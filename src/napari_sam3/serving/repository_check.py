@@ -14,8 +14,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from napari_sam3.core import contract
-from napari_sam3.core.errors import RefusedError
+from napari_sam3.core.errors import BadData, RefusedError
 from napari_sam3.core.files import read_small_file
+from napari_sam3.runtime import onnx_runner
 from napari_sam3.runtime.engines.repository_code import stale_logic, stale_logic_message
 
 # A config.pbtxt with the manifest parameter is ~15 kB at full size; refuse to parse anything huge.
@@ -112,6 +113,15 @@ def _check_graph_size(name: str, version_dir: Path, files: dict) -> None:
         )
 
 
+def _check_int8(root: Path, listed: dict) -> None:
+    """Every INT8 IR the manifest lists is there, as written (sizes and sha256)."""
+    for graph in listed:
+        try:
+            onnx_runner.check_int8(root / graph / "1", hashes=True)
+        except BadData as error:
+            raise RepositoryError(f"model {graph}: {error}") from None
+
+
 def check_repository(repository: str | os.PathLike) -> dict[str, ModelEntry]:
     """Every model of `repository`, checked: config parses, files present, steps exist, the
     model code is this napari-sam3's."""
@@ -126,9 +136,11 @@ def check_repository(repository: str | os.PathLike) -> dict[str, ModelEntry]:
             "write one with `sam3-export --out DIR`"
         )
     try:
-        files = dict(contract.load_manifest(root).files or {})
+        manifest = contract.load_manifest(root)
     except (ValueError, OSError) as error:
         raise RepositoryError(f"{root / contract.MANIFEST_FILE}: {error}") from None
+    files = dict(manifest.files or {})
+    _check_int8(root, manifest.data.get("int8") or {})
     models: dict[str, ModelEntry] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         config = _read_config(folder)

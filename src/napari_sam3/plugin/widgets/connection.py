@@ -48,8 +48,9 @@ def connect(settings: ConnectionSettings):
 TIPS = {  # the fields' tooltips
     "runtime": "What runs the graphs: auto (OpenVINO on a CPU, ONNX Runtime with CUDA), "
     "openvino or onnxruntime",
-    "precision": "auto (bf16 where the CPU has it natively, else fp32), fp32, or bf16 "
-    "(OpenVINO on a CPU with AVX512_BF16 or AMX only)",
+    "precision": "auto (bf16 where the CPU has it natively, else fp32), fp32, bf16 "
+    "(OpenVINO on a CPU with AVX512_BF16 or AMX only), or int8 (OpenVINO, the graphs "
+    "`sam3-export --quantize` made INT8; the others as auto)",
     "threads": "Threads per graph (0: the runtime's default, every core)",
     "cache_mib": "The bound of the in-process feature cache, MiB (0: the repository's, four full-size images); it must hold one image",
     "connect_timeout": "How long to wait for a ready server (raise it for a cold start)",

@@ -31,8 +31,8 @@ from napari_sam3.runtime.engines.model_config import (
 class LocalEngine:
     """In-process runner of a model repository written by `sam3-export`.
 
-    `runtime` ("openvino", "onnxruntime" or "auto") and `precision` ("fp32", "bf16" or "auto")
-    choose how its ONNX graphs run (`runtime.onnx_runner.choose`); `runtime_choices()` says,
+    `runtime` ("openvino", "onnxruntime" or "auto") and `precision` ("fp32", "bf16", "int8" or
+    "auto") choose how its ONNX graphs run (`runtime.onnx_runner.choose`); `runtime_choices()` says,
     per graph, what was picked and why.
     """
 
@@ -70,11 +70,16 @@ class LocalEngine:
         self.runtime, self.precision = runtime, precision
         # decided now, so that an impossible choice (bf16 on a CPU without it) fails at once
         verified = onnx_runner.load_verification(self.repository) if precision == "auto" else None
-        self.choices = {
-            name: onnx_runner.choose(name, runtime, precision, verified=verified)
-            for name, config in self.configs.items()
-            if _is_graph(config)
-        }
+        self.choices = onnx_runner.choose_repository(
+            {
+                name: self.repository / name / "1"
+                for name, config in self.configs.items()
+                if _is_graph(config)
+            },
+            runtime,
+            precision,
+            verified=verified,
+        )
         # per-model overrides of config parameters, e.g. {"sam3_cached": {"cache_bytes": 1e9}}
         self.model_parameters = {
             model: {k: str(v) for k, v in params.items()}
@@ -237,8 +242,10 @@ class LocalEngine:
 
             if self.threads:
                 parameters["intra_op_threads"] = str(self.threads)
-            # the runtime as resolved, the precision as asked: only an explicit bf16 may fail
-            parameters.update(runtime=self.choices[config.name].runtime, precision=self.precision)
+            # the runtime as resolved, the precision as asked (int8 only where the graph has its
+            # INT8 IR): only an explicit bf16 or int8 may fail
+            choice = self.choices[config.name]
+            parameters.update(runtime=choice.runtime, precision=choice.asked)
             logic = onnx_runner.Logic(str(version_dir), parameters)
             self.choices[config.name] = logic.choice  # as compiled (auto may fall back)
             return logic
