@@ -10,6 +10,7 @@ compiles it where precision "int8" is asked for (`napari_sam3.runtime.onnx_runne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -44,6 +45,11 @@ CHECK_SAMPLES = 2
 # 0.02-0.29 (tests/export/test_int8.py).
 FEATURE_COSINE_BOUND = 0.99
 IMAGE_SUFFIXES = (".tif", ".tiff", ".jp2", ".png", ".jpg", ".jpeg")
+# NNCF holds the input activation of every operation it quantizes at once, beside about three
+# copies of the weights: at full size the encoder's 211 matrix products take 17.5 GiB of inputs
+# and 1.7 GiB of weights, and the run was killed at 23.2 GiB; with half of them in fp32 it
+# peaked at 11.9 GiB (docs/benchmarks.md, INT8). This estimate is checked before a run.
+WEIGHT_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -58,9 +64,11 @@ class Options:
     fast_bias_correction: bool = True
     bias_correction: bool = True
     ignored: tuple[str, ...] = ()
+    share: float = 1.0  # the first share of the matrix products quantized, the rest fp32
 
     def as_dict(self) -> dict:
         return {
+            "share": self.share,
             "preset": self.preset,
             "samples": self.samples,
             "smooth_quant": self.smooth_quant,
@@ -181,6 +189,67 @@ def compare_features(onnx_path: Path, quantized, inputs: list) -> dict:
     }
 
 
+def quantizable(model) -> list[tuple[str, int]]:
+    """(name, bytes of its input) of each matrix product and convolution of `model`, in the
+    graph's order: the operations NNCF quantizes, and what their statistics hold."""
+    found = []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() in ("MatMul", "Convolution"):
+            shape = op.input(0).get_partial_shape()
+            size = int(np.prod([d.get_length() for d in shape])) * 4 if shape.is_static else 0
+            found.append((op.get_friendly_name(), size))
+    return found
+
+
+def weight_bytes(model) -> int:
+    return sum(
+        op.get_byte_size() for op in model.get_ordered_ops() if op.get_type_name() == "Constant"
+    )
+
+
+def kept_in_fp32(model, share: float) -> tuple[str, ...]:
+    """The operations left in fp32 when only the first `share` of them is quantized."""
+    ops = quantizable(model)
+    return tuple(name for name, _ in ops[round(share * len(ops)) :])
+
+
+def memory_needed(model, ignored: Sequence[str] = ()) -> int:
+    """Bytes NNCF needs to quantize `model`, all but `ignored`, by the rule of WEIGHT_COPIES."""
+    skip = set(ignored)
+    inputs = sum(size for name, size in quantizable(model) if name not in skip)
+    return inputs + WEIGHT_COPIES * weight_bytes(model)
+
+
+def share_that_fits(model, available: int) -> float:
+    """The largest share of the operations (in steps of 0.05) quantizable within `available`."""
+    ops, fixed = quantizable(model), WEIGHT_COPIES * weight_bytes(model)
+    for step in range(20, 0, -1):
+        share = step / 20
+        if fixed + sum(size for _, size in ops[: round(share * len(ops))]) <= available:
+            return share
+    return 0.0
+
+
+def check_memory(graph: str, model, ignored: Sequence[str], available: int | None = None) -> None:
+    """Refuse, before NNCF starts, a quantization this machine has not the memory for (the
+    kernel would kill it midway, minutes in, with no word)."""
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    needed = memory_needed(model, ignored)
+    if needed <= available:
+        return
+    share = share_that_fits(model, available)
+    part = f", or quantize the first part of it: --int8-share {share:g} fits" if share > 0 else ""
+    raise InvalidInput(
+        f"quantizing {graph} to INT8 needs about {needed / 2**30:.1f} GiB of memory and this "
+        f"machine has {available / 2**30:.1f} GiB available: quantize on a machine with more "
+        "(sam3-export --quantize REPO there; the INT8 files and the manifest go with the "
+        f"repository){part}"
+    )
+
+
 def quantize_model(model, samples: list, options: Options):
     """The OpenVINO model `model` quantized to INT8 on `samples` (its single input's values)."""
     nncf = import_nncf()
@@ -260,6 +329,11 @@ def quantize_graph(
             f"{path}: OpenVINO cannot read it ({onnx_runner._gist(error)}); re-export the "
             "repository"
         ) from None
+    if options.share < 1:
+        options = dataclasses.replace(
+            options, ignored=options.ignored + kept_in_fp32(model, options.share)
+        )
+    check_memory(graph, model, options.ignored)
     quantized = quantize_model(model, samples, options)
     del model
     verdict = compare_features(path, quantized, check)
@@ -300,6 +374,8 @@ def quantize_repository(
     options = options or Options()
     if options.preset not in PRESETS:
         raise InvalidInput(f"preset must be one of {', '.join(PRESETS)}, got {options.preset!r}")
+    if not 0 < options.share <= 1:
+        raise InvalidInput(f"--int8-share is a fraction in (0, 1], got {options.share!r}")
     manifest = contract.load_manifest(repository)
     extra = image_files(images)
     real, check = calibration_images(manifest.image_size, extra, options.samples, CHECK_SAMPLES)

@@ -29,7 +29,7 @@ import pytest
 from napari_sam3 import Sam3Client
 from napari_sam3.client.parity import compare_detections
 from napari_sam3.core import contract
-from napari_sam3.core.errors import BadData
+from napari_sam3.core.errors import BadData, InvalidInput
 from napari_sam3.runtime import onnx_runner as R
 from napari_sam3.runtime.engines.model_config import load_model_configs
 from napari_sam3.serving.repository_check import check_repository
@@ -189,3 +189,50 @@ def test_the_verification_rejects_a_broken_int8_ir(quantized, tmp_path):
     assert broken["verdict"] == R.FAILS, broken
     score = "max |d score|"
     assert sound["measured"][score] < broken["measured"][score], (sound, broken)
+
+
+def test_a_quantization_beyond_the_machine_s_memory_is_refused_before_it_starts(
+    tiny_repository, tmp_path
+):
+    """NNCF holds every quantized operation's input at once (at full size 17.5 GiB for the
+    encoder): the need is estimated from the graph and a run that cannot fit is refused with
+    the share of the graph that does, never killed minutes in."""
+    import openvino as ov
+
+    model = ov.Core().read_model(str(contract.graph_path(tiny_repository, ENCODER)))
+    ops = int8.quantizable(model)
+    assert len(ops) > 4 and all(size > 0 for _, size in ops)
+    whole = int8.memory_needed(model)
+    assert whole == sum(s for _, s in ops) + int8.WEIGHT_COPIES * int8.weight_bytes(model)
+    int8.check_memory(ENCODER, model, (), available=whole)  # just fits: no refusal
+    with pytest.raises(InvalidInput, match=r"needs about .* GiB.*--int8-share 0\.\d+ fits"):
+        int8.check_memory(ENCODER, model, (), available=whole - 1)
+    half = int8.kept_in_fp32(model, 0.5)
+    assert half == tuple(name for name, _ in ops[round(0.5 * len(ops)) :])
+    assert int8.memory_needed(model, half) < whole
+    share = int8.share_that_fits(model, int8.memory_needed(model, half))
+    assert share >= 0.5 and int8.memory_needed(model, int8.kept_in_fp32(model, share)) <= (
+        int8.memory_needed(model, half)
+    )
+    # the command refuses before any calibration; nothing written
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_repository, repo)
+    for bad in ("0", "1.5"):
+        assert main(["--quantize", "--out", str(repo), "--int8-share", bad, "-q"]) != 0
+    assert not R.int8_path(repo / ENCODER / "1").exists()
+
+
+def test_part_of_the_encoder_quantized_keeps_the_rest_in_fp32(tiny_repository, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_repository, repo)
+    assert main(["--quantize", "--out", str(repo), "--int8-samples", "4", "--int8-share",
+                 "0.5", "-q"]) == 0  # fmt: skip
+    record = contract.load_manifest(repo).data["int8"][ENCODER]
+    assert record["options"]["share"] == 0.5 and record["options"]["ignored"]
+    import openvino as ov
+
+    full = ov.Core().read_model(str(contract.graph_path(repo, ENCODER)))
+    part = ov.Core().read_model(str(R.int8_path(repo / ENCODER / "1")))
+    quantized = sum(op.get_type_name() == "FakeQuantize" for op in part.get_ordered_ops())
+    assert 0 < quantized
+    assert set(record["options"]["ignored"]) == set(int8.kept_in_fp32(full, 0.5))
