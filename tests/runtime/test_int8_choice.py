@@ -180,3 +180,18 @@ def test_auto_takes_int8_only_where_the_report_holds_it(int8_hosts, tmp_path):
     without = R.choose(ENCODER, "auto", "auto", int8_hosts["no_openvino"], holds, int8_file=True)
     assert (without.runtime, without.precision) == ("onnxruntime", "fp32")
     assert R.choose(ENCODER, "openvino", "auto", vnni, None, int8_file=True).precision == "fp32"
+
+
+@pytest.mark.parametrize(("name", "rest"), [("avx2", "fp32"), ("native_bf16", "bf16")])
+def test_an_int8_graph_computes_its_floating_point_rest_as_the_host_does_best(
+    hosts, monkeypatch, name, rest
+):
+    """The operations an INT8 IR leaves in floating point run in bf16 where the CPU has it
+    natively (faster than the bf16 encoder at full size), else in fp32; fp32 and bf16 graphs
+    keep their own hint."""
+    monkeypatch.setattr(H, "detect", lambda: hosts[name])
+    assert R.int8_rest() == rest == R.int8_rest(hosts[name])
+    hint = {"fp32": "f32", "bf16": "bf16"}
+    assert R._ov_config("int8", 2)["INFERENCE_PRECISION_HINT"] == hint[rest]
+    assert R._ov_config("fp32", 2)["INFERENCE_PRECISION_HINT"] == "f32"
+    assert R._ov_config("bf16", 2)["INFERENCE_PRECISION_HINT"] == "bf16"

@@ -680,8 +680,18 @@ def verify_precision(choice: Choice, reported, graph: str) -> Choice:
     )
 
 
+def int8_rest(host: _host.Host | None = None) -> str:
+    """The precision OpenVINO computes an INT8 IR's floating-point operations in (all but its
+    int8 matrix products): bf16 where the CPU computes it natively, else fp32. Measured at full
+    size on Zen 4 (2 threads, half the encoder's matrix products in int8): 27.2 CPU-s with the
+    rest in bf16, 43.4 in fp32, against 32.5 for the bf16 encoder (docs/benchmarks.md, INT8)."""
+    host = _host.detect() if host is None else host
+    return BF16 if host.native_bf16()[0] else FP32
+
+
 def _ov_config(precision: str, threads: int) -> dict:
-    config = {"INFERENCE_PRECISION_HINT": _OV_PRECISION[precision], "PERFORMANCE_HINT": "LATENCY"}
+    hint = _OV_PRECISION[int8_rest() if precision == INT8 else precision]
+    config = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
     return config
