@@ -44,7 +44,6 @@ CHECK_SAMPLES = 2
 # a sound quantization 0.9991-1.0; calibrated on all-zero images 0.87-0.92, on all-white ones
 # 0.02-0.29 (tests/export/test_int8.py).
 FEATURE_COSINE_BOUND = 0.99
-IMAGE_SUFFIXES = (".tif", ".tiff", ".jp2", ".png", ".jpg", ".jpeg")
 # NNCF holds the input activation of every operation it quantizes at once, beside about three
 # copies of the weights: at full size the encoder's 211 matrix products take 17.5 GiB of inputs
 # and 1.7 GiB of weights, and the run was killed at 23.2 GiB; with half of them in fp32 it
@@ -91,19 +90,10 @@ def import_nncf():
 
 
 def image_files(folders: Iterable[str | os.PathLike]) -> list[Path]:
-    """The raster files in `folders` (not recursive), sorted; a folder that is missing or
-    holds none is refused."""
-    found = []
-    for folder in map(Path, folders):
-        if not folder.is_dir():
-            raise MissingFile(f"verification images: {folder} is not a folder")
-        files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise MissingFile(
-                f"verification images: no image in {folder} ({', '.join(IMAGE_SUFFIXES)})"
-            )
-        found += files
-    return found
+    """The image files of the `--verify-images` folders (verify.py's rule: the same files)."""
+    from .verify import image_paths
+
+    return [path for folder in folders for path in image_paths(folder)]
 
 
 def windows(rgb: np.ndarray) -> list[np.ndarray]:

@@ -45,7 +45,7 @@ from .verdicts import BOUNDS, candidate_ious, compare, relative, violations
 log = logging.getLogger(__name__)
 
 KEYWORDS = ("building", "field")
-IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg")
+IMAGE_SUFFIXES = (".tif", ".tiff", ".jp2", ".png", ".jpg", ".jpeg")
 # the CPU features the verdicts depend on, recorded with the report
 REPORTED_FLAGS = (
     "avx2",
@@ -90,10 +90,9 @@ def shipped_images(image_size: int) -> list[Image]:
     return [Image(name, _sha256(files), raster)]
 
 
-def user_images(folder: str | Path) -> list[Image]:
-    """The analyst's images: every GeoTIFF, PNG and JPEG in `folder`, each checked readable."""
-    from napari_sam3.imagery.raster import raster_info
-
+def image_paths(folder: str | Path) -> list[Path]:
+    """The image files of `--verify-images` (not recursive, sorted): what verification runs on
+    and INT8 calibration adds; a folder that is missing or holds none is refused."""
     folder = Path(folder)
     if not folder.is_dir():
         raise MissingFile(f"--verify-images: {folder} is not a folder of GeoTIFF/PNG/JPEG images")
@@ -101,8 +100,16 @@ def user_images(folder: str | Path) -> list[Image]:
     if not files:
         raise InvalidInput(
             f"--verify-images: {folder} holds no image ({', '.join(IMAGE_SUFFIXES)}); "
-            "put GeoTIFF, PNG or JPEG files there, or leave the option out"
+            "put GeoTIFF, JPEG 2000, PNG or JPEG files there, or leave the option out"
         )
+    return files
+
+
+def user_images(folder: str | Path) -> list[Image]:
+    """The analyst's images: every GeoTIFF, PNG and JPEG in `folder`, each checked readable."""
+    from napari_sam3.imagery.raster import raster_info
+
+    files = image_paths(folder)
     images = []
     for path in files:
         if not path.is_file() or path.stat().st_size == 0:
