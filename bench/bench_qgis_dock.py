@@ -117,27 +117,17 @@ def main() -> None:
         return qgis_side(args.qgis_side)
 
     import numpy as np
-    import rasterio
 
     from napari_sam3.client.connection import ConnectionSpec
-    from napari_sam3.imagery.raster import read_raster
-    from napari_sam3.plugin.sample_data import sentinel2_sample_bands
     from napari_sam3.scene.canvas import click_window
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import tiny_repository
+    from _common import sample_geotiff, tiny_repository
 
     repo = str(tiny_repository(args.repo))
-    bands = sentinel2_sample_bands()
-    raster = read_raster([bands[b] for b in ("B04", "B03", "B02")])
-    folder = Path(tempfile.mkdtemp(prefix="bench-qgis-dock-"))
-    path = folder / "s2.tif"
+    path, raster = sample_geotiff(tempfile.mkdtemp(prefix="bench-qgis-dock-"))
+    folder = path.parent
     _, rows, cols = raster.shape
-    with rasterio.open(
-        path, "w", driver="GTiff", count=3, height=rows, width=cols, dtype=raster.dtype,
-        crs=raster.crs, transform=raster.transform,
-    ) as ds:  # fmt: skip
-        ds.write(raster.data)
     connection = {"repository": repo, "precision": args.precision, "threads": args.threads}
     client = ConnectionSpec(**connection).connect()
     size, model = client.image_size, client.model_id
