@@ -25,17 +25,12 @@ from qgis.core import (
     QgsRectangle,
     QgsVectorLayer,
 )
-from qgis.PyQt.QtCore import QCoreApplication, QEvent, QPoint, QSettings, Qt
+from qgis.PyQt.QtCore import QEvent, QPoint, Qt
+from qgis_start import start_qgis
 
 
 def main(profile: str, scenario: str) -> int:
-    QCoreApplication.setOrganizationName(QgsApplication.QGIS_ORGANIZATION_NAME)
-    QCoreApplication.setOrganizationDomain(QgsApplication.QGIS_ORGANIZATION_DOMAIN)
-    QCoreApplication.setApplicationName(QgsApplication.QGIS_APPLICATION_NAME)
-    QSettings.setDefaultFormat(QSettings.IniFormat)
-    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, profile)
-    app = QgsApplication([], True, profile)
-    app.initQgis()
+    app = start_qgis(profile, gui=True)
     sys.path.insert(0, str(Path(profile) / "python" / "plugins"))
     from napari_sam3_qgis.dock import Sam3Dock
     from qgis.gui import QgsMapCanvas, QgsMessageBar

@@ -16,8 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from qgis.core import QgsApplication
-from qgis.PyQt.QtCore import QCoreApplication, QSettings
+from qgis_start import start_qgis
 
 
 def _alive(pid: int) -> bool:
@@ -31,13 +30,7 @@ def _alive(pid: int) -> bool:
 
 
 def main(profile: str, repository: str, raster: str, plan_file: str) -> int:
-    QCoreApplication.setOrganizationName(QgsApplication.QGIS_ORGANIZATION_NAME)
-    QCoreApplication.setOrganizationDomain(QgsApplication.QGIS_ORGANIZATION_DOMAIN)
-    QCoreApplication.setApplicationName(QgsApplication.QGIS_APPLICATION_NAME)
-    QSettings.setDefaultFormat(QSettings.IniFormat)
-    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, profile)
-    app = QgsApplication([], False, profile)
-    app.initQgis()
+    app = start_qgis(profile)
     sys.path.insert(0, str(Path(profile) / "python" / "plugins"))
     import napari_sam3_qgis
     from napari_sam3_qgis import engine as engines

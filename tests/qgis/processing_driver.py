@@ -28,7 +28,7 @@ from qgis.core import (
     QgsSettings,
     QgsVectorLayer,
 )
-from qgis.PyQt.QtCore import QCoreApplication, QSettings
+from qgis_start import start_qgis
 
 
 class _Recording(QgsProcessingFeedback):
@@ -49,14 +49,7 @@ class _Recording(QgsProcessingFeedback):
 
 
 def main(profile: str, runs_file: str) -> int:
-    # As the QGIS application starts: its settings are the profile's QGIS/QGIS3.ini
-    QCoreApplication.setOrganizationName(QgsApplication.QGIS_ORGANIZATION_NAME)
-    QCoreApplication.setOrganizationDomain(QgsApplication.QGIS_ORGANIZATION_DOMAIN)
-    QCoreApplication.setApplicationName(QgsApplication.QGIS_APPLICATION_NAME)
-    QSettings.setDefaultFormat(QSettings.IniFormat)
-    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, profile)
-    app = QgsApplication([], False, profile)
-    app.initQgis()
+    app = start_qgis(profile)
     sys.path.append(str(Path(QgsApplication.pkgDataPath()) / "python" / "plugins"))
     import processing
     from processing.core.Processing import Processing
