@@ -63,19 +63,16 @@ def test_image(size: int, seed: int) -> np.ndarray:
 
 
 def host_has_native_bf16() -> bool:
-    flags = cpu_flags()
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    """The CPU computes bf16 in hardware (the runtime's rule; no OpenVINO needed here)."""
+    from napari_sam3.runtime.host import BF16_FLAGS
+
+    return bool(cpu_flags() & set(BF16_FLAGS))
 
 
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+def cpu_flags() -> frozenset[str]:
+    from napari_sam3.runtime.host import read_cpu_flags
+
+    return read_cpu_flags()
 
 
 def cpu_model() -> str:
