@@ -134,14 +134,19 @@ def processing_run(env: dict[str, str], profile: Path, runs: list[dict], tmp_pat
     """Each run through `processing.run` in one standalone QgsApplication (QGIS's Python)."""
     spec = tmp_path / f"runs-{len(list(tmp_path.glob('runs-*')))}.json"
     spec.write_text(json.dumps(runs))
+    lines = drive(DRIVER, [profile, spec], env)
+    assert len(lines) == len(runs), lines
+    return lines
+
+
+def drive(driver: Path, arguments: list, env: dict[str, str]) -> list[dict]:
+    """The JSON lines a driver script printed, run in QGIS's own Python (it must exit 0)."""
     done = subprocess.run(
-        [QGIS_PYTHON, str(DRIVER), str(profile), str(spec)],
+        [QGIS_PYTHON, str(driver), *map(str, arguments)],
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == len(runs), done.stdout + done.stderr
-    return lines
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

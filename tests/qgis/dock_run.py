@@ -3,11 +3,9 @@ what it reported."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
-from .conftest import QGIS_PYTHON
+from .conftest import drive
 
 DRIVER = Path(__file__).with_name("dock_driver.py")
 
@@ -16,15 +14,7 @@ def run_dock(env: dict[str, str], profile: Path, scenario: str, tmp_path: Path) 
     """The scenario's `report(...)` lines, in order (the driver must exit 0)."""
     path = tmp_path / f"scenario-{len(list(tmp_path.glob('scenario-*')))}.py"
     path.write_text(scenario)
-    done = subprocess.run(
-        [QGIS_PYTHON, str(DRIVER), str(profile), str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return drive(DRIVER, [profile, path], env)
 
 
 def raster_bounds(raster) -> tuple[float, float, float, float]:

@@ -13,7 +13,7 @@ import shapely
 
 from napari_sam3.scene.canvas import Canvas
 
-from .conftest import QGIS_PYTHON, ROOT, WORKER_PYTHON
+from .conftest import ROOT, WORKER_PYTHON, drive
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
 WORKER = ROOT / "qgis_plugin" / "napari_sam3_qgis" / "worker.py"
@@ -38,15 +38,7 @@ def driven(qgis_env, profile, s2_tif, tiny_repository, plan, tmp_path_factory) -
     """One QGIS session through every step of engine_driver.py."""
     plan_file = tmp_path_factory.mktemp("engine") / "plan.json"
     plan_file.write_text(json.dumps(plan))
-    done = subprocess.run(
-        [QGIS_PYTHON, str(DRIVER), str(profile), str(tiny_repository), str(s2_tif), str(plan_file)],
-        env=qgis_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return drive(DRIVER, [profile, tiny_repository, s2_tif, plan_file], qgis_env)[-1]
 
 
 @pytest.fixture(scope="module")
