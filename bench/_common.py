@@ -53,3 +53,23 @@ def sample_geotiff(folder: Path) -> tuple[Path, object]:
     ) as ds:  # fmt: skip
         ds.write(raster.data)
     return path, raster
+
+
+def click_points(raster, size: int, clicks: int):
+    """`clicks` + 1 positive clicks spread over the middle half of the one `size` window at the
+    raster's centre (features warm after the first), kept on the raster: (points in map
+    coordinates, the same as (col, row) pixels, the window's (row, col) origin)."""
+    import numpy as np
+
+    from napari_sam3.scene.canvas import click_window
+
+    _, rows, cols = raster.shape
+    r0, c0 = click_window(cols // 2, rows // 2, cols, rows, size)
+    span = min(size, rows, cols) // 4
+    rng = np.random.default_rng(0)
+    pixels = [
+        (c0 + size // 2 + int(dc), r0 + size // 2 + int(dr))
+        for dr, dc in rng.integers(-span, span, size=(clicks + 1, 2))
+    ]
+    pixels = [(min(max(c, 0), cols - 1) + 0.5, min(max(r, 0), rows - 1) + 0.5) for c, r in pixels]
+    return [[*(raster.transform * p), 1] for p in pixels], pixels, (r0, c0)

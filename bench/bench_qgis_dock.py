@@ -116,13 +116,10 @@ def main() -> None:
     if args.qgis_side:
         return qgis_side(args.qgis_side)
 
-    import numpy as np
-
     from napari_sam3.client.connection import ConnectionSpec
-    from napari_sam3.scene.canvas import click_window
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import sample_geotiff, tiny_repository
+    from _common import click_points, sample_geotiff, tiny_repository
 
     repo = str(tiny_repository(args.repo))
     path, raster = sample_geotiff(tempfile.mkdtemp(prefix="bench-qgis-dock-"))
@@ -132,13 +129,7 @@ def main() -> None:
     client = ConnectionSpec(**connection).connect()
     size, model = client.image_size, client.model_id
     client.close()
-    # clicks spread over the middle half of one window (features warm after the first)
-    r0, c0 = click_window(cols // 2, rows // 2, cols, rows, size)
-    span = min(size, rows, cols) // 4
-    rng = np.random.default_rng(0)
-    pixels = [(c0 + size // 2 + int(dc) + 0.5, r0 + size // 2 + int(dr) + 0.5)
-              for dr, dc in rng.integers(-span, span, size=(args.clicks + 1, 2))]  # fmt: skip
-    points = [[*(raster.transform * p), 1] for p in pixels]
+    points, _, _ = click_points(raster, size, args.clicks)
     plan = folder / "plan.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     plan.write_text(json.dumps({

@@ -69,16 +69,15 @@ def main() -> None:
     if args.engine_side:
         return engine_side(args)
 
-    import numpy as np
     import shapely
 
     from napari_sam3.client.connection import ConnectionSpec
-    from napari_sam3.scene.canvas import Canvas, click_window
+    from napari_sam3.scene.canvas import Canvas
     from napari_sam3.scene.run import read_tile
     from napari_sam3.scene.tiles import Tile
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import sample_geotiff, tiny_repository
+    from _common import click_points, sample_geotiff, tiny_repository
 
     repo = str(tiny_repository(args.repo))
     path, raster = sample_geotiff(tempfile.mkdtemp(prefix="bench-qgis-engine-"))
@@ -88,17 +87,7 @@ def main() -> None:
     connection = {"repository": repo, "precision": args.precision, "threads": args.threads}
     client = ConnectionSpec(**connection).connect()
     size = client.image_size
-    # clicks spread over the middle half of one window (one window: features warm after the first)
-    centre_row, centre_col = rows // 2, cols // 2
-    r0, c0 = click_window(centre_col, centre_row, cols, rows, size)
-    span = min(size, rows, cols) // 4
-    rng = np.random.default_rng(0)
-    pixels = [
-        (c0 + size // 2 + int(dc), r0 + size // 2 + int(dr))
-        for dr, dc in rng.integers(-span, span, size=(args.clicks + 1, 2))
-    ]
-    pixels = [(min(max(c, 0), cols - 1) + 0.5, min(max(r, 0), rows - 1) + 0.5) for c, r in pixels]
-    points = [[*(raster.transform * p), 1] for p in pixels]
+    points, pixels, (r0, c0) = click_points(raster, size, args.clicks)
 
     canvas = Canvas(client)
     opened = canvas.open(str(path))
