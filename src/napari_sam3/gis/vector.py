@@ -26,6 +26,7 @@ Conventions:
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import warnings
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ import rasterio.windows
 import shapely
 from rasterio.shutil import copy as rio_copy
 from rasterio.transform import Affine
-from shapely.geometry import MultiPolygon, shape
+from shapely.geometry import MultiPolygon
 
 from napari_sam3.core.columns import BASEMAP_COLUMNS, POLYGON_COLUMNS, SCENE_COLUMNS
 from napari_sam3.core.errors import InvalidInput, InvalidType, MissingFile, OutputExists
@@ -235,13 +236,28 @@ def _polygonize(crop: np.ndarray, r0: int, c0: int, simplify: float) -> MultiPol
     if crop.size == 0 or not crop.any():
         return MultiPolygon()
     pixels = np.ascontiguousarray(crop, dtype=np.uint8)
-    parts = [
-        shape(geom)
-        for geom, _ in rasterio.features.shapes(
-            pixels, mask=crop, connectivity=4, transform=Affine.translation(c0, r0)
-        )
-    ]
-    geom = MultiPolygon(parts)
+    rings: list = []
+    ring_ends, polygon_ends = [], []
+    for geom, _ in rasterio.features.shapes(
+        pixels, mask=crop, connectivity=4, transform=Affine.translation(c0, r0)
+    ):
+        for ring in geom["coordinates"]:
+            rings.extend(ring)
+            ring_ends.append(len(rings))
+        polygon_ends.append(len(ring_ends))
+    # One array for all parts, built in C: shapely.geometry.shape part by part spent three
+    # quarters of a speckled mask's time (1.1 of 1.5 s for 8,000 parts) in Python.
+    geom = shapely.from_ragged_array(
+        shapely.GeometryType.MULTIPOLYGON,
+        np.fromiter(itertools.chain.from_iterable(rings), np.float64, 2 * len(rings)).reshape(
+            -1, 2
+        ),
+        (
+            np.array([0, *ring_ends], dtype=np.int64),
+            np.array([0, *polygon_ends], dtype=np.int64),
+            np.array([0, len(polygon_ends)], dtype=np.int64),
+        ),
+    )[0]
     if simplify > 0:
         geom = shapely.simplify(geom, simplify, preserve_topology=True)
         if geom.geom_type == "Polygon":
