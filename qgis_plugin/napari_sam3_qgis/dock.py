@@ -255,6 +255,8 @@ class Sam3Dock(QDockWidget):
             self._click()
         else:
             self._drop_object()
+            self.prompts.reset()
+            self._show_candidate()
 
     def _do_reset(self) -> None:
         self._drop_object()
@@ -267,8 +269,25 @@ class Sam3Dock(QDockWidget):
         self._show_candidate()
 
     def _do_cycle(self) -> None:
-        if self.prompts.cycle() is not None:
+        if self._busy():
+            return
+        chosen = self.prompts.cycle()
+        if chosen is None:
+            return
+        if "wkt" in chosen:
             self._put_candidate()
+            return
+
+        def filled(result: dict) -> None:
+            self.prompts.fill(result)
+            self._put_candidate()
+
+        def refused(message: str) -> None:
+            self.prompts.back()
+            self.say(message)
+
+        params = {"token": self.prompts.token, "index": chosen["index"]}
+        self._call("candidate", params, filled, refused)
 
     def _do_accept(self) -> None:
         layer = self.results_layer()

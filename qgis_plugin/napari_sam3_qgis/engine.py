@@ -40,7 +40,7 @@ from qgis.core import QgsProcessingException
 
 from . import runner
 
-PROTOCOL = 1
+PROTOCOL = 2
 STDERR_LINES = 40  # the stderr tail kept for error messages
 STOP_WAIT_S = 10.0
 # actions whose state a restarted worker needs again (sent again, in order, after a restart)

@@ -65,8 +65,20 @@ class Prompts:
         return self.candidates[self.chosen] if self.candidates else None
 
     def cycle(self) -> dict | None:
-        """The next-ranked candidate (after the last, the best again)."""
+        """The next-ranked candidate (after the last, the best again). The engine sends the
+        best one's polygon with the click; one without ``wkt`` is asked for (`candidate`)."""
         if not self.candidates:
             return None
         self.chosen = (self.chosen + 1) % len(self.candidates)
         return self.candidates[self.chosen]
+
+    def back(self) -> None:
+        """Undo the last `cycle` (its polygon could not be had)."""
+        if self.candidates:
+            self.chosen = (self.chosen - 1) % len(self.candidates)
+
+    def fill(self, candidate: dict) -> None:
+        """The polygon of a listed candidate (the engine's `candidate` answer), by its index."""
+        for i, listed in enumerate(self.candidates):
+            if listed.get("index") == candidate.get("index"):
+                self.candidates[i] = {**listed, **candidate}

@@ -3,8 +3,8 @@
 Run in napari-sam3's Python (QGIS never imports napari_sam3, see worker.py). Framing: JSON
 lines; requests on stdin, events on stdout, whatever the libraries print on stderr.
 
-Request: ``{"v": 1, "id": N, "action": NAME, "params": {...}}``. Events name the request:
-``{"v": 1, "id": N, "event": E, ...}`` with E one of ``progress`` (``fraction``, ``message``),
+Request: ``{"v": 2, "id": N, "action": NAME, "params": {...}}``. Events name the request:
+``{"v": 2, "id": N, "event": E, ...}`` with E one of ``progress`` (``fraction``, ``message``),
 ``info`` / ``warning`` (``message``), ``result`` (``result``), ``error`` (``kind``: ``refused``
 or ``failed``, ``message``), ``cancelled``. One request runs at a time, on a thread of its own,
 while this one reads stdin: another request meanwhile is refused ("busy"), except ``cancel``
@@ -14,7 +14,8 @@ gets no answer) and ``shutdown``. Stdin closing is a shutdown; the exit code is 
 Actions (coordinates in the raster's CRS, polygons as WKT in it; see
 napari_sam3.scene.canvas): ``hello``, ``connect`` (``connection``: ConnectionSpec fields; the
 model loads once per spec), ``open`` (``raster``, ``bands``), ``click`` (``image``, ``points``,
-``box``, ``previous``), ``segment`` (``image``, ``keywords``: a list, or the text as typed,
+``box``, ``previous``; the best candidate's polygon, the others listed), ``candidate``
+(``token``, ``index``: a listed candidate's polygon; v2), ``segment`` (``image``, ``keywords``: a list, or the text as typed,
 split by the library's parse_keywords; ``exemplars``, ``extent``,
 ``gsd``, ``score_thr``, ``dedup``), ``cancel``, ``shutdown``.
 """
@@ -31,7 +32,7 @@ from typing import Any
 
 from worker import Cancelled, _connection, claim_stdout, import_message
 
-PROTOCOL = 1
+PROTOCOL = 2
 CONTROL = ("cancel", "shutdown")
 
 
@@ -256,6 +257,10 @@ def click(server: Server, params: dict, job: Job) -> dict:
     )
 
 
+def candidate(server: Server, params: dict, job: Job) -> dict:
+    return _canvas(server).candidate(_need(params, "token"), _need(params, "index"))
+
+
 def segment(server: Server, params: dict, job: Job) -> dict:
     keywords = params.get("keywords")
     if isinstance(keywords, str):  # as typed ("building, pool"): the library's one rule splits it
@@ -279,6 +284,7 @@ ACTIONS = {
     "connect": connect,
     "open": open_raster,
     "click": click,
+    "candidate": candidate,
     "segment": segment,
 }
 

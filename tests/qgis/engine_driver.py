@@ -54,6 +54,12 @@ def main(profile: str, repository: str, raster: str, plan_file: str) -> int:
     out["open"] = image
     click = {"image": image["image"], "points": [plan["point"]], "box": None, "previous": None}
     out["click"] = engine.request("click", click)
+    token = out["click"]["token"]
+    out["others"] = [
+        engine.request("candidate", {"token": token, "index": c["index"]})
+        for c in out["click"]["candidates"][1:]
+    ]
+    out["no_such_candidate"] = _error(engine, "candidate", {"token": token, "index": 7})
     out["outside"] = _error(engine, "click", {**click, "points": [plan["outside"]]})
     out["segment"] = engine.request(
         "segment", {"image": image["image"], "keywords": ["building"], "extent": plan["extent"],

@@ -40,11 +40,14 @@ dock.command("point")
 tool = dock.point_tool
 mouse(tool, "release", {aim[0]}, {aim[1]}, "EPSG:32633"); wait()
 results = dock.results_layer()
-first = dict(shown=features(results), candidates=dock.prompts.candidates,
+first = dict(shown=features(results), candidates=[dict(c) for c in dock.prompts.candidates],
              points=dock.prompts.points, label=dock.candidate_label.text())
-key(tool, "Tab")
-second = features(results)
-key(tool, "Tab"); key(tool, "Tab")  # round to the best again
+key(tool, "Tab"); wait()  # the second's polygon, asked of the engine
+second = dict(shown=features(results), label=dock.candidate_label.text())
+key(tool, "Tab"); wait(); key(tool, "Tab"); wait()  # round to the best again
+key(tool, "Tab")  # the second again: its polygon already here, nothing asked
+again = dict(shown=features(results), busy=dock._job is not None)
+key(tool, "Tab"); wait(); key(tool, "Tab")
 mouse(tool, "release", {refine[0]}, {refine[1]}, "EPSG:32633", shift=True); wait()
 refined = dict(shown=features(results), points=dock.prompts.points)
 key(tool, "Backspace"); wait()
@@ -61,7 +64,7 @@ for kind, (x, y) in zip(("press", "move", "release"), {box}):
     mouse(dock.box_tool, kind, x, y, "EPSG:32633")
 wait()
 boxed = dict(shown=[f for f in features(results) if f["prompt"] == "box"], box=dock.prompts.box)
-report(boxed=boxed, first=first, second=second, refined=refined, undone=undone, refused=refused,
+report(boxed=boxed, first=first, second=second, again=again, refined=refined, undone=undone, refused=refused,
        accepted=accepted, after_undo=after_undo, messages=messages(),
        pid=engine().pid, restarts=engine().restarts)
 """
@@ -116,10 +119,17 @@ def test_a_click_puts_the_librarys_polygon_on_the_canvas_and_accept_is_undoable(
     first = out["first"]
     (point,) = first["points"]
     assert np.hypot(point[0] - AIM[0], point[1] - AIM[1]) < 20 and point[2] == 1
-    expected = canvas.click(key, [point])["candidates"]
+    answer = canvas.click(key, [point])
+    expected = [
+        c if "wkt" in c else canvas.candidate(answer["token"], c["index"])
+        for c in answer["candidates"]
+    ]
     assert len(expected) == 3 and len(first["candidates"]) == 3
+    # the click brings the best one's polygon; the others are listed, their polygons asked later
+    best, *others = first["candidates"]
+    assert _same(best["wkt"], expected[0]["wkt"]) and all("wkt" not in c for c in others)
     for got, want in zip(first["candidates"], expected, strict=True):
-        assert _same(got["wkt"], want["wkt"]) and got["score"] == pytest.approx(want["score"])
+        assert got["score"] == pytest.approx(want["score"])
     (shown,) = first["shown"]  # one object on the map: the best candidate, with provenance
     assert _same(shown["wkt"], expected[0]["wkt"])
     assert shown["score"] == pytest.approx(expected[0]["score"])
@@ -127,8 +137,12 @@ def test_a_click_puts_the_librarys_polygon_on_the_canvas_and_accept_is_undoable(
     assert shown["model"] and shown["created"]
     assert first["label"].startswith("candidate 1 of 3")
     # Tab: the second-ranked candidate replaces it
-    (second,) = out["second"]
+    (second,) = out["second"]["shown"]
     assert _same(second["wkt"], expected[1]["wkt"])
+    assert second["score"] == pytest.approx(expected[1]["score"])
+    assert out["second"]["label"].startswith("candidate 2 of 3")
+    (again,) = out["again"]["shown"]
+    assert _same(again["wkt"], expected[1]["wkt"]) and not out["again"]["busy"]
     # a Shift-click refines the object (the library with both points, from the first result)
     refined = out["refined"]
     assert [p[2] for p in refined["points"]] == [1, 0]

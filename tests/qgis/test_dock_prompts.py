@@ -55,3 +55,18 @@ def test_candidates_cycle_best_first_and_reset_forgets_them():
     assert prompts.request("img")["previous"] == "tok"
     prompts.reset()
     assert not prompts and prompts.current() is None and prompts.token is None
+
+
+def test_a_candidate_polygon_asked_later_fills_its_own_place():
+    prompts = Prompts()
+    prompts.add_point(1, 2, True)
+    listed = [{"index": 0, "score": 0.9, "wkt": "A"}, {"index": 2, "score": 0.5}]
+    prompts.answered(listed, "tok", None)
+    assert "wkt" not in prompts.cycle()  # the engine is asked for index 2
+    prompts.fill({"index": 2, "score": 0.5, "wkt": "C", "area_m2": 4.0})
+    assert prompts.current() == {"index": 2, "score": 0.5, "wkt": "C", "area_m2": 4.0}
+    assert prompts.cycle()["wkt"] == "A" and prompts.cycle()["wkt"] == "C"  # kept
+    prompts.back()  # a refused ask: the one shown before
+    assert prompts.current()["wkt"] == "A"
+    prompts.fill({"index": 1, "wkt": "B"})  # not listed (empty): nothing changes
+    assert [c.get("wkt") for c in prompts.candidates] == ["A", "C"]

@@ -53,11 +53,17 @@ def _geometries(rows: list[dict]) -> list:
 
 def test_a_click_through_the_engine_is_the_library_click(driven, library, plan):
     canvas, key = library
-    expected = canvas.click(key, [plan["point"]])["candidates"]
-    got = driven["click"]["candidates"]
-    assert 1 <= len(got) <= 3
+    answer = canvas.click(key, [plan["point"]])
+    expected = answer["candidates"][:1] + [
+        canvas.candidate(answer["token"], c["index"]) for c in answer["candidates"][1:]
+    ]
+    listed = driven["click"]["candidates"]
+    assert 2 <= len(listed) <= 3  # the others' polygons asked with `candidate` too
+    assert [c["score"] for c in listed] == pytest.approx([c["score"] for c in expected])
+    got = listed[:1] + driven["others"]
     assert all(a.equals(b) for a, b in zip(_geometries(got), _geometries(expected), strict=True))
-    assert [c["score"] for c in got] == pytest.approx([c["score"] for c in expected])
+    assert driven["no_such_candidate"]["kind"] == "refused"
+    assert "0 is the best" in driven["no_such_candidate"]["message"]
     assert driven["outside"]["kind"] == "refused"
     assert "lies outside the raster" in driven["outside"]["message"]
 
@@ -73,7 +79,7 @@ def test_keywords_in_an_extent_through_the_engine_are_the_library_segment(driven
 
 def test_the_model_loads_once_per_session(driven):
     assert driven["same_shared"]
-    assert driven["hello"]["protocol"] == 1 and driven["hello"]["loads"] == 0
+    assert driven["hello"]["protocol"] == 2 and driven["hello"]["loads"] == 0
     assert driven["connect"]["loads"] == driven["connect_again"]["loads"] == 1
     assert driven["pid_after_connect"] == driven["pid_after_work"] == driven["hello"]["pid"]
     assert driven["loads_after_work"] == 1
@@ -96,7 +102,7 @@ def test_a_killed_worker_is_restarted_once_then_reported(driven):
     assert driven["loads_after_restart"] == 1  # the new process loaded it (once)
     assert driven["twice"]["class"] == "EngineFailed"
     assert "stopped again (exit -9) after a restart" in driven["twice"]["message"]
-    assert driven["hello_after"]["protocol"] == 1
+    assert driven["hello_after"]["protocol"] == 2
 
 
 def test_unloading_the_plugin_stops_the_worker(driven):
@@ -115,7 +121,7 @@ def _serve(tmp_path) -> subprocess.Popen:
     )
 
 
-def _ask(process, ident, action, params=None, v=1) -> None:
+def _ask(process, ident, action, params=None, v=2) -> None:
     request = {"v": v, "id": ident, "action": action, "params": params or {}}
     process.stdin.write(json.dumps(request) + "\n")
     process.stdin.flush()
@@ -125,7 +131,7 @@ def _until(process, ident, final=("result", "error", "cancelled")) -> list[dict]
     events = []
     for line in process.stdout:
         event = json.loads(line)
-        assert event["v"] == 1
+        assert event["v"] == 2
         events.append(event)
         if event["id"] == ident and event["event"] in final:
             return events
@@ -135,10 +141,10 @@ def _until(process, ident, final=("result", "error", "cancelled")) -> list[dict]
 def test_the_protocol_refuses_other_versions_and_a_second_job(tmp_path, tiny_repository, s2_tif):
     process = _serve(tmp_path)
     try:
-        _ask(process, 1, "hello", v=2)
+        _ask(process, 1, "hello", v=1)
         (event,) = _until(process, 1)
         assert event["event"] == "error" and event["kind"] == "refused"
-        assert event["message"].startswith("protocol v2 asked, this worker speaks v1: update")
+        assert event["message"].startswith("protocol v1 asked, this worker speaks v2: update")
         _ask(process, 2, "nonsense")
         assert "unknown action 'nonsense'" in _until(process, 2)[-1]["message"]
         connection = {"repository": str(tiny_repository), "precision": "fp32"}
@@ -162,5 +168,5 @@ def test_the_protocol_refuses_other_versions_and_a_second_job(tmp_path, tiny_rep
 def test_shutdown_ends_the_worker_after_its_answer(tmp_path):
     process = _serve(tmp_path)
     _ask(process, 1, "shutdown")
-    assert _until(process, 1)[-1] == {"v": 1, "id": 1, "event": "result", "result": {}}
+    assert _until(process, 1)[-1] == {"v": 2, "id": 1, "event": "result", "result": {}}
     assert process.wait(60) == 0

@@ -44,11 +44,18 @@ def _library_window(client, opened, col: float, row: float):
     return tile, read_raster(opened.source, window=tile.slices), client.interactive(prepared)
 
 
-def _same_geometries(answer: list[dict], expected) -> None:
-    assert len(answer) == len(expected)
-    for got, (_, row) in zip(answer, expected.iterrows(), strict=True):
-        assert shapely.from_wkt(got["wkt"]).equals(row.geometry)
-        assert got["score"] == pytest.approx(float(row.iou))
+def _same_geometries(canvas, answer: dict, expected) -> None:
+    """The click's candidates are the library's, best first: the first with its polygon, the
+    others' polygons from Canvas.candidate."""
+    listed = answer["candidates"]
+    assert len(listed) == len(expected)
+    assert "wkt" in listed[0] and all("wkt" not in c for c in listed[1:])
+    for got, (index, row) in zip(listed, expected.iterrows(), strict=True):
+        assert got["index"] == index and got["score"] == pytest.approx(float(row.iou))
+        polygon = got if "wkt" in got else canvas.candidate(answer["token"], got["index"])
+        assert polygon["index"] == index and polygon["score"] == got["score"]
+        assert shapely.from_wkt(polygon["wkt"]).equals(row.geometry)
+        assert polygon["area_m2"] == pytest.approx(float(row.area_m2))
 
 
 def test_a_click_gives_the_library_candidates_on_the_same_pixels(canvas, crop_tif):
@@ -60,7 +67,8 @@ def test_a_click_gives_the_library_candidates_on_the_same_pixels(canvas, crop_ti
     frame = session.add_point([col - tile.col, row - tile.row])
     expected = to_geodataframe(frame.head(3), window)
     expected = expected[~expected.geometry.is_empty]
-    _same_geometries(answer["candidates"], expected)
+    _same_geometries(canvas, answer, expected)
+    assert len(expected) > 1  # the other candidates' polygons are asked for too
     assert answer["candidates"][0]["score"] >= answer["candidates"][-1]["score"]
     assert answer["window"] == pytest.approx(
         [
@@ -78,7 +86,7 @@ def test_a_click_gives_the_library_candidates_on_the_same_pixels(canvas, crop_ti
     )
     frame = session.add_point([second[0] - tile.col, second[1] - tile.row], positive=False)
     expected = to_geodataframe(frame.head(3), window)
-    _same_geometries(refined["candidates"], expected[~expected.geometry.is_empty])
+    _same_geometries(canvas, refined, expected[~expected.geometry.is_empty])
 
     # refining the first result again (undo, then another point) starts from its prompts
     again = canvas.click(
@@ -86,7 +94,16 @@ def test_a_click_gives_the_library_candidates_on_the_same_pixels(canvas, crop_ti
         [[*_map(opened, col, row), 1], [*_map(opened, *second), 0]],
         previous=answer["token"],
     )
-    assert [c["wkt"] for c in again["candidates"]] == [c["wkt"] for c in refined["candidates"]]
+    assert again["candidates"][0]["wkt"] == refined["candidates"][0]["wkt"]
+    assert [canvas.candidate(again["token"], c["index"]) for c in again["candidates"][1:]] == [
+        canvas.candidate(refined["token"], c["index"]) for c in refined["candidates"][1:]
+    ]
+    # a candidate asked of a result that is not one, or beyond the three
+    with pytest.raises(UnknownKey, match="click again"):
+        canvas.candidate("nothing:1", 1)
+    for index in (3, -1, "1", 1.0):
+        with pytest.raises(OutOfRange, match="0 is the best"):
+            canvas.candidate(answer["token"], index)
 
 
 def test_a_box_gives_the_library_candidates(canvas, crop_tif):
@@ -99,7 +116,7 @@ def test_a_box_gives_the_library_candidates(canvas, crop_tif):
     tile, window, session = _library_window(canvas.client, opened, (c0 + c1) / 2, (r0 + r1) / 2)
     frame = session.add_box([c0 - tile.col, r0 - tile.row, c1 - tile.col, r1 - tile.row])
     expected = to_geodataframe(frame.head(3), window)
-    _same_geometries(answer["candidates"], expected[~expected.geometry.is_empty])
+    _same_geometries(canvas, answer, expected[~expected.geometry.is_empty])
 
 
 def test_clicks_that_cannot_be_placed_are_refused(canvas, crop_tif, tmp_path):

@@ -31,6 +31,7 @@ from rasterio import Affine
 
 from napari_sam3.core.errors import InvalidInput, OutOfRange, UnknownKey
 from napari_sam3.imagery.raster import RasterInfo, pixel_metres, raster_info
+from napari_sam3.masks.protocol import as_mask
 from napari_sam3.prompts.keywords import check_keyword
 from napari_sam3.scene.tiles import Tile
 from napari_sam3.scene.view import SceneView, scene_view
@@ -85,6 +86,7 @@ class _Object:
     points: tuple[tuple[float, float, int], ...]
     box: tuple[float, float, float, float] | None
     state: Any  # the session's prompts after this result
+    frame: Any = None  # the result's candidates (their polygons made when asked)
 
 
 def open_raster(source: str, bands: Sequence[Any] | None = None) -> OpenedRaster:
@@ -147,9 +149,10 @@ class Canvas:
         previous: str | None = None,
     ) -> dict[str, Any]:
         """Points ``[x, y, 1|0]`` (1 adds, 0 removes) and/or a box ``[xmin, ymin, xmax, ymax]``
-        in map coordinates -> up to 3 candidate polygons, best first, and the token that
-        ``previous`` takes to refine this object. With ``previous``, ``points`` are all the
-        object's points: those of the earlier result first, then the new ones."""
+        in map coordinates -> up to 3 candidates, best first (the first with its polygon, the
+        others by :meth:`candidate`), and the token that ``previous`` takes to refine this
+        object. With ``previous``, ``points`` are all the object's points: those of the earlier
+        result first, then the new ones."""
         opened = self.image(key)
         points = tuple(_point(p) for p in points)
         box = None if box is None else _box(box)
@@ -186,7 +189,11 @@ class Canvas:
                 )
             frame = obj.session.add_point([col, row], positive=bool(label))
         obj = dataclasses.replace(
-            obj, points=obj.points + new_points, box=box or obj.box, state=obj.session.prompts
+            obj,
+            points=obj.points + new_points,
+            box=box or obj.box,
+            state=obj.session.prompts,
+            frame=frame,
         )
         token = f"{key}:{next(self._tokens)}"
         self._objects[token] = obj
@@ -197,6 +204,22 @@ class Canvas:
             "token": token,
             "window": _bounds(window),
         }
+
+    def candidate(self, token: str, index: int) -> dict[str, Any]:
+        """The polygon of the candidate listed with ``index`` by the click that gave ``token``:
+        ``{"index", "score", "wkt", "area_m2"}``."""
+        obj = self._objects.get(token)
+        if obj is None or obj.frame is None:
+            raise UnknownKey(
+                f"{token!r} is no result here (the engine restarted, or it is older than the "
+                f"last {KEPT_RESULTS} results): click again"
+            )
+        if not isinstance(index, int) or not 0 <= index < min(len(obj.frame), MAX_CANDIDATES):
+            raise OutOfRange(
+                f"candidate {index!r} of {token!r}: it has "
+                f"{min(len(obj.frame), MAX_CANDIDATES)} (0 is the best)"
+            )
+        return {"index": index, **_polygon(obj.frame, index, _window_info(obj.grid, obj.tile))}
 
     def forget(self) -> None:
         """Drop the objects (their tokens); the features stay in the client's cache."""
@@ -361,15 +384,25 @@ def _bounds(info: RasterInfo) -> list[float]:
 
 
 def _candidates(frame: Any, window: RasterInfo) -> list[dict[str, Any]]:
-    """The result's masks as polygons in the raster's CRS, best first, empty ones left out."""
+    """The result's candidates, best first, empty ones left out: each its ``index`` in the
+    result and ``score``, the first with its polygon (``wkt``, ``area_m2``) in the raster's CRS.
+    The others' polygons wait for :meth:`Canvas.candidate`: most clicks show the best alone,
+    and three polygons cost three times one (0.27 s a click at full size on random weights)."""
+    listed: list[dict[str, Any]] = []
+    for index in range(min(len(frame), MAX_CANDIDATES)):
+        _, _, pixels = as_mask(frame["mask"].iloc[index]).crop()
+        if not pixels.any():
+            continue
+        entry = {"index": index, "score": float(frame["iou"].iloc[index])}
+        listed.append(entry if listed else _polygon(frame, index, window) | entry)
+    return listed
+
+
+def _polygon(frame: Any, index: int, window: RasterInfo) -> dict[str, Any]:
     from napari_sam3.gis.vector import to_geodataframe
 
-    gdf = to_geodataframe(frame.head(MAX_CANDIDATES), window)
-    return [
-        {"wkt": row.geometry.wkt, "score": float(row.iou), "area_m2": float(row.area_m2)}
-        for row in gdf.itertuples()
-        if not row.geometry.is_empty
-    ]
+    row = to_geodataframe(frame.iloc[[index]], window).iloc[0]
+    return {"score": float(row.iou), "wkt": row.geometry.wkt, "area_m2": float(row.area_m2)}
 
 
 def _plain(value: Any) -> Any:
