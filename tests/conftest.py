@@ -27,8 +27,16 @@ os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="sam3-hypot
 atexit.register(shutil.rmtree, os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], ignore_errors=True)
 from hypothesis import settings as hypothesis_settings  # noqa: E402
 
-hypothesis_settings.register_profile("napari-sam3", database=None)
-hypothesis_settings.load_profile("napari-sam3")
+# The suite's verdicts are the same on every run: the examples come from a fixed seed
+# (derandomize). SAM3_HYPOTHESIS=explore draws new ones (1,000 where a test sets no count) to
+# look for what the fixed ones miss; a failure found so is kept in the test as an @example.
+hypothesis_settings.register_profile("napari-sam3", database=None, derandomize=True)
+hypothesis_settings.register_profile(
+    "explore", database=None, derandomize=False, max_examples=1000, deadline=None
+)
+hypothesis_settings.load_profile(
+    "explore" if os.environ.get("SAM3_HYPOTHESIS") == "explore" else "napari-sam3"
+)
 
 from napari_sam3.plugin.sample_data import sentinel2_sample_bands  # noqa: E402
 

@@ -261,7 +261,12 @@ def test_the_multi_model_refuses_a_nan_concept(raw):
 
 
 def test_the_cache_info_still_answers_after_the_refusals(raw):
-    client, _ = raw
+    client, manifest = raw
+    # a sound request after the refusals (this test may run apart from the others: xdist) is
+    # served and its image's features kept
+    with pytest.raises(InferenceServerException):
+        _infer(client, contract.CACHED, _bad(manifest, "token -1"))
+    _infer(client, contract.CACHED, _ground(manifest))
     out = client.infer(
         contract.CACHED,
         [_string_input(contract.CACHE_OP, "info")],

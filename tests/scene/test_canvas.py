@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import shapely
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from napari_sam3.core.errors import InvalidInput, OutOfRange, UnknownKey
@@ -182,6 +182,7 @@ def test_keywords_and_extents_that_cannot_run_are_refused(canvas, crop_tif):
         canvas.segment(opened.key, exemplars=[[0, 0, 10, 10, 3]])
 
 
+@example(rows=319, cols=1, size=47, at=(0.0, 0.7734375))  # an odd window on half pixels
 @given(
     rows=st.integers(1, 4000),
     cols=st.integers(1, 4000),

@@ -3,7 +3,9 @@
 The repository is the tiny model with `sam3-export --refresh --max-queue 1`: sam3_cached (where
 every client request goes) holds one request waiting beside the one it runs, and answers the
 others "busy" (Triton's UNAVAILABLE "Exceeds maximum queue size"), so the clients' busy path
-really runs: each client asks again, with a growing jittered wait, within its deadline.
+really runs: each client asks again, with a growing jittered wait, within its deadline. The
+sleepy test model (tests/_sleepy.py) has the same queue: one request asleep keeps it full for as
+long as it sleeps, so a client's deadline passes while it is full on any machine.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
 from napari_sam3 import Sam3Client
-from napari_sam3.core import contract, validate
-from napari_sam3.runtime.cached import image_key
+from napari_sam3.core import contract
 from napari_sam3.runtime.engines.triton import ServerBusy
 from napari_sam3.serving.server import TritonServer
 
 from .._required import require
+from .._sleepy import SLEEPY, Journal, add_sleepy
 
 pytestmark = pytest.mark.needs_tritonserver
 
@@ -31,11 +33,21 @@ QUEUE = 1  # requests sam3_cached holds waiting beside the one it runs
 CLIENTS = 16
 KEYWORDS = ("building", "road", "field", "river")
 BUSY = "Exceeds maximum queue size"
+# how long the held request sleeps, and the client's deadline: far apart, so that the queue is
+# still full when the client gives up however slowly a loaded machine answers "busy"
+HELD_S = 8.0
+DEADLINE_S = 1.5
 
 
 @pytest.fixture(scope="module")
-def small_queue(tiny_repository, tmp_path_factory):
-    """The tiny repository, its configs rewritten by sam3-export with a queue of QUEUE."""
+def journal(tmp_path_factory) -> Journal:
+    return Journal(tmp_path_factory.mktemp("journal") / "sleepy.txt")
+
+
+@pytest.fixture(scope="module")
+def small_queue(tiny_repository, journal, tmp_path_factory):
+    """The tiny repository, its configs rewritten by sam3-export with a queue of QUEUE, and the
+    sleepy test model with the same queue."""
     require("sam3_export")
     from sam3_export.cli import main as export
 
@@ -44,6 +56,7 @@ def small_queue(tiny_repository, tmp_path_factory):
     assert export(["--refresh", "--out", str(repo), "--max-queue", str(QUEUE), "-q"]) == 0
     for model in (contract.CACHED, contract.MULTI):
         assert f"max_queue_size: {QUEUE}\n" in (repo / model / "config.pbtxt").read_text()
+    add_sleepy(repo, journal, instances=1, max_queue=QUEUE)
     return repo
 
 
@@ -151,84 +164,51 @@ def test_sixteen_clients_at_once_get_exactly_their_own_answers(server, alone, s2
         _same(_work(after, _image(s2_rgb_raster, 0), 0)[0], alone[0][0])
 
 
-def _grid_request(model_id: str) -> list:
-    """A raw request that keeps sam3_cached busy for seconds: everything mode's largest grid
-    (4096 clicks, a thousand decoder runs) on a random image."""
-    images = np.random.default_rng(7).integers(0, 256, (1, 3, 112, 112), dtype=np.uint8)
-    points = validate.MAX_GRID_PROMPTS
-    feed = {
-        contract.CACHE_OP: np.array([b"interactive"], dtype=np.object_),
-        contract.IMAGE_ID: np.array([image_key(images, model_id).encode()], dtype=np.object_),
-        contract.IMAGES: images,
-        contract.PVS_GRID_COORDS: np.full((points, 1, 2), 50.0, np.float32),
-        contract.PVS_GRID_LABELS: np.ones((points, 1), np.float32),
-    }
+def _sleep_request(seconds: float, tag: int) -> list:
     tensors = []
-    for name, value in feed.items():
+    for name, value in (("seconds", np.array([seconds], np.float32)), ("tag", np.array([tag]))):
         tensor = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
         tensor.set_data_from_numpy(value)
         tensors.append(tensor)
     return tensors
 
 
-def _held_seconds(server: TritonServer, model_id: str) -> float:
-    """How long sam3_cached runs one grid request alone on this machine (seconds)."""
-    with grpcclient.InferenceServerClient(server.grpc_address) as raw:
-        wanted = [grpcclient.InferRequestedOutput(contract.PVS_GRID_IOU)]
-        start = time.monotonic()
-        raw.infer(contract.CACHED, _grid_request(model_id), outputs=wanted)
-        return time.monotonic() - start
-
-
-def _fill_the_queue(server: TritonServer, model_id: str) -> tuple[list, object, float]:
-    """Grid requests to sam3_cached until one is answered busy while QUEUE + 1 earlier ones are
-    unanswered: then one runs and QUEUE wait, and the queue stays full until the running one
-    ends. (the answers so far, the raw client, when the running one was sent)"""
+def test_a_server_busy_past_the_deadline_is_a_clear_error_then_answers_again(
+    server, alone, s2_rgb_raster, journal
+):
+    """The sleepy model has sam3_cached's queue (one instance, QUEUE waiting): one request
+    asleep and QUEUE waiting keep it full, for as long as the first sleeps, on any machine."""
     raw = grpcclient.InferenceServerClient(server.grpc_address)
     answers: list = []
-    tensors = _grid_request(model_id)
-    wanted = [grpcclient.InferRequestedOutput(contract.PVS_GRID_IOU)]
-    sent: list[tuple[float, threading.Event, list]] = []
-    for _ in range(QUEUE + 4):
-        answered, mine = threading.Event(), []
 
-        def callback(result, error, answered=answered, mine=mine):
-            mine.append(error)
-            answers.append(error)
-            answered.set()
+    def send(seconds: float, tag: int) -> None:
+        raw.async_infer(
+            SLEEPY, _sleep_request(seconds, tag), lambda result, error: answers.append(error)
+        )
 
-        sent.append((time.monotonic(), answered, mine))
-        raw.async_infer(contract.CACHED, tensors, callback, outputs=wanted)
-        # a held request takes seconds; a busy answer comes at once
-        busy = answered.wait(0.3) and mine[0] is not None and BUSY in mine[0].message()
-        waiting = [when for when, event, _ in sent if not event.is_set()]
-        if busy and len(waiting) >= QUEUE + 1:
-            return answers, raw, waiting[0]
-    raise AssertionError(f"the queue never filled: {[a and a.message() for a in answers]}")
-
-
-def test_a_server_busy_past_the_deadline_is_a_clear_error_then_answers_again(
-    server, alone, s2_rgb_raster
-):
-    # The deadline: well within the time the queue stays full (about one held request), and
-    # long enough for a second try however slowly this machine answers "busy" while its cores
-    # run the held request; both scale with the machine, so it is measured here, not fixed.
-    client = Sam3Client(server.grpc_address)
-    held = _held_seconds(server, client.model_id)
-    answers, raw, running_since = _fill_the_queue(server, client.model_id)
-    client.engine.deadline = max(0.5, (held - (time.monotonic() - running_since)) / 2)
+    held = journal.new_tag()
+    send(HELD_S, held)
+    assert journal.wait_for("start", held)
+    for _ in range(QUEUE):
+        send(0.0, journal.new_tag())
+    client = Sam3Client(server.grpc_address, deadline=DEADLINE_S)
+    seconds = {"seconds": np.array([0.0], np.float32), "tag": np.array([journal.new_tag()])}
     with pytest.raises(ServerBusy) as error:
-        _work(client, _image(s2_rgb_raster, 0), 0)
+        client.engine.infer(SLEEPY, seconds, ["slept"])
+    assert journal.entries(held) == ["start"], "the held request ended before the client gave up"
     message = str(error.value)
     assert isinstance(error.value, ConnectionError) and isinstance(error.value, TimeoutError)
-    assert message.startswith(f"Triton at {server.grpc_address} was too busy to take sam3_cached")
+    assert message.startswith(f"Triton at {server.grpc_address} was too busy to take {SLEEPY}")
     assert BUSY in message and "--deadline" in message
-    assert client.engine.busy_answers >= 2  # asked again before giving up
-    # the held requests are answered once the model runs again; then the client's own
+    tries = client.engine.busy_answers
+    assert tries >= 2 and f"at each of {tries} tries" in message  # asked again before giving up
+    # the held requests are answered once the first wakes; then the client's own, and sam3_cached
+    assert journal.wait_for("end", held)
     end = time.monotonic() + 60
-    while len(answers) < QUEUE + 2 and time.monotonic() < end:
+    while len(answers) < QUEUE + 1 and time.monotonic() < end:
         time.sleep(0.05)
-    assert answers.count(None) == QUEUE + 1, [a and a.message() for a in answers]
+    assert answers == [None] * (QUEUE + 1), [a and a.message() for a in answers]
     raw.close()
+    assert client.engine.infer(SLEEPY, seconds, ["slept"])["slept"][0] == 0.0
     _same(_work(client, _image(s2_rgb_raster, 0), 0)[0], alone[0][0])
     client.close()

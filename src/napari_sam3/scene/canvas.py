@@ -108,7 +108,9 @@ def open_raster(source: str, bands: Sequence[Any] | None = None) -> OpenedRaster
 def click_window(col: float, row: float, cols: int, rows: int, size: int) -> tuple[int, int]:
     """The (row, col) origin of the ``size`` window holding pixel (col, row): on a grid of half
     a window, the point at least a quarter window from its edges where the raster allows."""
-    step = size / 2
+    # a whole number of pixels: a grid of size / 2 put odd windows on half pixels, and cutting
+    # those to whole ones took up to half a pixel of the far margin
+    step = max(size // 2, 1)
 
     def start(at: float, length: int) -> int:
         if length <= size:
