@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyproj
 import rasterio.features
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,3 +44,21 @@ def test_polygons_are_exactly_the_masks_pixels(chosen):
             [geometry], out_shape=mask.shape, transform=TRANSFORM, dtype=np.uint8
         )
         np.testing.assert_array_equal(back.astype(bool), mask)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lon=st.floats(-179.0, 178.0), lat=st.floats(-70.0, 70.0), turn=st.sampled_from([0, 1]))
+def test_area_on_a_raster_in_degrees_is_the_grounds_wherever_its_longitudes_are_written(
+    lon, lat, turn
+):
+    """The same ground's mask on a grid in degrees written -180..180 or one turn on (0..360):
+    its area_m2 is its geodesic area (pyproj's Geod, within 1%), never NaN."""
+    mask = np.zeros((40, 60), bool)
+    mask[5:30, 10:50] = True
+    mask[12:20, 20:30] = False
+    transform = Affine(0.001, 0.0, lon + 360.0 * turn, 0.0, -0.001, lat)
+    df = pd.DataFrame({"mask": [mask], "score": [0.9]})
+    (row,) = to_geodataframe(df, crs="EPSG:4326", transform=transform).itertuples()
+    area, geometry = row.area_m2, row.geometry
+    geodesic, _ = pyproj.Geod(ellps="WGS84").geometry_area_perimeter(geometry)
+    assert abs(area - abs(geodesic)) <= 0.01 * abs(geodesic), (area, geodesic)

@@ -117,3 +117,25 @@ def test_west_above_east_is_a_crossing_only_when_it_spans_under_half_the_globe(w
 def test_a_projected_bbox_still_needs_minx_below_maxx():
     with pytest.raises(AoiError, match="minx must be below maxx"):
         parse_bbox("900000,8100000,780000,8200000,EPSG:32760")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    origin=st.floats(90.0, 260.0),
+    start=st.floats(0.0, 0.8),
+    width=st.floats(0.05, 0.2),
+)
+def test_on_a_raster_written_past_180_a_lonlat_bbox_selects_its_ground(origin, start, width):
+    """A raster in degrees written 0..360 (its west edge anywhere from 90 to 260, 100 degrees
+    wide): a GeoJSON bbox of part of it, its longitudes in -180..180 (west above east where it
+    crosses 180), selects the pixels of the same ground as its unwrapped longitudes."""
+    info = _info("EPSG:4326", from_origin(origin, 10.0, 0.01, 0.01), 500, 10_000)
+    west = origin + 100.0 * start
+    east = west + 100.0 * width
+    geojson = [((v + 180.0) % 360.0) - 180.0 for v in (west, east)]
+    if geojson[1] == -180.0:
+        geojson[1] = 180.0
+    got = aoi_window(Bbox(geojson[0], 6.0, geojson[1], 8.0), info)
+    columns = [(v - origin) / 0.01 for v in (west, east)]
+    want = (200, math.floor(columns[0] + 1e-9), 400, math.ceil(columns[1] - 1e-9))
+    assert all(abs(g - w) <= 1 for g, w in zip(got, want, strict=True)), (got, want, geojson)

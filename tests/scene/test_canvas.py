@@ -201,3 +201,39 @@ def test_a_click_window_holds_the_click_a_quarter_window_in(rows, cols, size, at
             assert where - start >= size / 4 - 1e-9
         if end < length:
             assert end - where >= size / 4 - 1e-9
+
+
+def test_a_raster_in_degrees_written_past_180_segments_its_view(canvas, s2_crop, tmp_path):
+    """A raster in EPSG:4326 written past 180 (0..360, as Pacific rasters are): the map's view
+    has longitudes past 180 (or across it), a map zoomed out shows more than the globe; each
+    gives what the whole raster gives in that view, and a click's area is measured."""
+    from rasterio.transform import from_origin
+
+    from .. import _rasters
+
+    data = s2_crop.data[:, :100, :150]
+    path = _rasters.write_geotiff(
+        tmp_path / "pacific.tif", data, from_origin(179.99, -16.0, 0.0002, 0.0002), "EPSG:4326"
+    )
+    opened = canvas.open(str(path))
+    west, south, east, north = opened.describe()["bounds"]
+    assert west < 180 < east
+    whole = canvas.segment(opened.key, ["building"], score_thr=0.0)
+    assert whole["count"] > 0
+    polygons = [shapely.from_wkt(f["wkt"]) for f in whole["features"]]
+    views = {
+        "across 180": [west + 0.002, south + 0.002, east - 0.002, north - 0.002],
+        "past 180": [180.005, south, east, north],
+        "zoomed out": [west - 200, -120, east + 200, 120],
+    }
+    for name, view in views.items():
+        got = canvas.segment(opened.key, ["building"], extent=view, score_thr=0.0)
+        touching = [p for p in polygons if p.intersects(shapely.box(*view))]
+        assert got["count"] == len(touching) > 0, name
+        assert {shapely.from_wkt(f["wkt"]).wkb for f in got["features"]} <= {
+            p.wkb for p in polygons
+        }, name
+    answer = canvas.click(opened.key, [[*_map(opened, 75.5, 50.5), 1]])
+    assert (
+        np.isfinite(answer["candidates"][0]["area_m2"]) and answer["candidates"][0]["area_m2"] > 0
+    )

@@ -219,9 +219,24 @@ def _area_m2(geometry: gpd.GeoSeries, crs: pyproj.CRS | None) -> np.ndarray:
     if crs.is_projected and units <= {"metre", "meter"}:
         return geometry.area.to_numpy(dtype=np.float64)
     try:  # geographic or non-metre units: measure on the local UTM zone
-        return geometry.to_crs(geometry.estimate_utm_crs()).area.to_numpy(dtype=np.float64)
-    except (RuntimeError, ValueError, pyproj.exceptions.CRSError):
+        return geometry.to_crs(_local_utm(geometry)).area.to_numpy(dtype=np.float64)
+    except (RuntimeError, ValueError, IndexError, pyproj.exceptions.CRSError):
         return np.full(len(geometry), np.nan)
+
+
+def _local_utm(geometry: gpd.GeoSeries) -> pyproj.CRS:
+    """The UTM zone at the geometries' centre. Longitudes past 180 (a raster written in 0..360)
+    are taken round to -180..180 first: geopandas' estimate_utm_crs finds no zone for them."""
+    from pyproj.aoi import AreaOfInterest
+    from pyproj.database import query_utm_crs_info
+
+    lonlat = geometry if geometry.crs.is_geographic else geometry.to_crs(4326)
+    west, south, east, north = (float(v) for v in lonlat.total_bounds)
+    lon, lat = ((west + east) / 2 + 180.0) % 360.0 - 180.0, (south + north) / 2
+    zones = query_utm_crs_info(
+        datum_name="WGS 84", area_of_interest=AreaOfInterest(lon, lat, lon, lat)
+    )
+    return pyproj.CRS.from_epsg(zones[0].code)
 
 
 def _masks(df: pd.DataFrame, shape: tuple[int, int] | None) -> list[Mask]:

@@ -116,6 +116,8 @@ def aoi_window(aoi: Any, info: RasterInfo) -> Window:
     bounds, crs, label = _bounds(aoi, info.crs)
     if bounds[0] > bounds[2]:  # longitudes across the antimeridian, on a raster in degrees
         bounds = _one_side(bounds, info)
+    elif info.crs.is_geographic:
+        bounds = _whole_turn(bounds, info)
     win = from_bounds(*bounds, transform=info.transform)
     r0, c0 = math.floor(win.row_off + 1e-9), math.floor(win.col_off + 1e-9)
     r1 = math.ceil(win.row_off + win.height - 1e-9)
@@ -253,6 +255,19 @@ def _one_side(bounds, info: RasterInfo) -> tuple[float, float, float, float]:
     if len(sides) != 1:
         return scene_west, south, scene_east, north
     return sides[0][0], south, sides[0][1], north
+
+
+def _whole_turn(bounds, info: RasterInfo) -> tuple[float, float, float, float]:
+    """Longitudes moved by a whole turn onto a raster in degrees written past 180 (0..360) or
+    before -180, where only so they meet it: 185..188 east is -175..-172 in GeoJSON's terms."""
+    from rasterio.transform import array_bounds
+
+    west, south, east, north = bounds
+    scene_west, _, scene_east, _ = array_bounds(info.rows, info.cols, info.transform)
+    for turn in (0.0, 360.0, -360.0):
+        if west + turn < scene_east and east + turn > scene_west:
+            return west + turn, south, east + turn, north
+    return bounds
 
 
 def _is_file(text: str) -> bool:

@@ -310,9 +310,12 @@ class Canvas:
         crs = f"EPSG:{epsg}" if epsg else opened.info.crs.to_wkt()
         aoi = None
         if extent is not None:
-            aoi = Bbox(*(float(v) for v in _box(extent)), crs=crs)
+            extent = _box(extent)
+            bounds = _lonlat_turned(extent, opened.info)
             try:
-                aoi_window(aoi, opened.info)
+                aoi = None if bounds is None else Bbox(*bounds, crs=crs)
+                if aoi is not None:
+                    aoi_window(aoi, opened.info)
             except AoiError as error:
                 raise OutOfRange(str(error)) from None
         settings = SceneSettings(bands=opened.bands, gsd=gsd, aoi=aoi)
@@ -324,16 +327,30 @@ class Canvas:
             self.client, opened.source, query, settings, progress=progress or False
         )
         gdf = scene_geodataframe(df)
-        if aoi is not None and len(gdf):
+        if extent is not None and len(gdf):
             from shapely.geometry import box as shapely_box
 
-            gdf = gdf[gdf.intersects(shapely_box(*aoi.bounds))].reset_index(drop=True)
+            gdf = gdf[gdf.intersects(shapely_box(*extent))].reset_index(drop=True)
         features = []
         for row in gdf.itertuples(index=False):
             record = row._asdict()
             geometry = record.pop("geometry")
             features.append({"wkt": geometry.wkt, **{k: _plain(v) for k, v in record.items()}})
         return {"features": features, "count": len(features)}
+
+
+def _lonlat_turned(extent: tuple, info: RasterInfo) -> tuple[float, float, float, float] | None:
+    """A map extent as the library's bbox takes it. On a raster in degrees: longitudes taken
+    round to -180..180 (a raster written in 0..360 has map extents past 180; one across 180
+    becomes west above east, the antimeridian's rule) and latitudes kept to -90..90 (a map zoomed
+    out shows more); None where it spans half the globe or more (the whole raster, then)."""
+    west, south, east, north = extent
+    if not info.crs.is_geographic:
+        return extent
+    if east - west >= 180.0:
+        return None
+    south, north = max(south, -90.0), min(north, 90.0)
+    return (west + 180.0) % 360.0 - 180.0, south, 180.0 - (180.0 - east) % 360.0, north
 
 
 def _exemplar_layer(boxes: Sequence[Sequence[float]] | None, crs: str) -> Any:
