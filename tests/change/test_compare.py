@@ -248,3 +248,21 @@ def test_the_classes_partition_the_objects(cells):
         ids = [int(i) for text in out[side] for i in text.split(",") if i]
         assert sorted(ids) == sorted(t["label_id"])
     assert shapely.is_valid(out.geometry.to_numpy()).all()
+
+
+def test_the_same_place_in_degrees_written_past_180_is_same():
+    """Objects in EPSG:4326 with longitudes past 180 (from a raster written in 0..360, the
+    Pacific): measured on the local UTM zone as anywhere else, areas in square metres."""
+    near_fiji = [(0, 0, 20, 20), (100, 50, 130, 70), (250, 0, 262, 40)]
+    utm = gpd.GeoDataFrame(
+        {"label_id": [1, 2, 3], "keyword": ["building"] * 3, "score": [0.9] * 3},
+        geometry=[box(800_000 + a, 8_150_000 + b, 800_000 + c, 8_150_000 + d)
+                  for a, b, c, d in near_fiji],
+        crs="EPSG:32760",
+    )  # fmt: skip
+    degrees = utm.to_crs(4326)
+    past = degrees.set_geometry(degrees.geometry.translate(xoff=360.0), crs=4326)
+    assert past.total_bounds[0] > 180
+    out = compare(past, past)
+    assert set(out["change"]) == {"same"}
+    assert sorted(out["after_area_m2"]) == pytest.approx([400, 480, 600], rel=2e-3)

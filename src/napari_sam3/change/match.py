@@ -26,6 +26,7 @@ import shapely
 from pyproj import CRS
 
 from napari_sam3.core.errors import InvalidInput, InvalidType
+from napari_sam3.gis.vector import local_utm
 
 __all__ = ["Match", "match_objects", "prepare", "working_crs"]
 
@@ -70,10 +71,10 @@ def working_crs(before: gpd.GeoDataFrame, after: gpd.GeoDataFrame) -> CRS:
     both = gpd.GeoSeries(both.dropna(), crs=4326)
     if not len(both) or both.is_empty.all():
         return CRS.from_epsg(3857) if not crs.is_projected else crs
-    utm = both.estimate_utm_crs()
-    if utm is None:
-        raise InvalidInput("no UTM zone holds these objects; reproject both tables first")
-    return utm
+    try:
+        return local_utm(both)
+    except IndexError:
+        raise InvalidInput("no UTM zone holds these objects; reproject both tables first") from None
 
 
 def prepare(

@@ -219,14 +219,15 @@ def _area_m2(geometry: gpd.GeoSeries, crs: pyproj.CRS | None) -> np.ndarray:
     if crs.is_projected and units <= {"metre", "meter"}:
         return geometry.area.to_numpy(dtype=np.float64)
     try:  # geographic or non-metre units: measure on the local UTM zone
-        return geometry.to_crs(_local_utm(geometry)).area.to_numpy(dtype=np.float64)
+        return geometry.to_crs(local_utm(geometry)).area.to_numpy(dtype=np.float64)
     except (RuntimeError, ValueError, IndexError, pyproj.exceptions.CRSError):
         return np.full(len(geometry), np.nan)
 
 
-def _local_utm(geometry: gpd.GeoSeries) -> pyproj.CRS:
-    """The UTM zone at the geometries' centre. Longitudes past 180 (a raster written in 0..360)
-    are taken round to -180..180 first: geopandas' estimate_utm_crs finds no zone for them."""
+def local_utm(geometry: gpd.GeoSeries) -> pyproj.CRS:
+    """The UTM zone at the geometries' centre (IndexError where none: the poles). Longitudes past
+    180 (a raster written in 0..360) are taken round to -180..180 first: geopandas'
+    estimate_utm_crs finds no zone for them."""
     from pyproj.aoi import AreaOfInterest
     from pyproj.database import query_utm_crs_info
 
