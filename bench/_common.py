@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -73,3 +75,29 @@ def click_points(raster, size: int, clicks: int):
     ]
     pixels = [(min(max(c, 0), cols - 1) + 0.5, min(max(r, 0), rows - 1) + 0.5) for c, r in pixels]
     return [[*(raster.transform * p), 1] for p in pixels], pixels, (r0, c0)
+
+
+def qgis_bench_parser(description: str, precision: str) -> argparse.ArgumentParser:
+    """The QGIS benches' options: the model, its precision and threads, QGIS's Python, and the
+    hidden ``--qgis-side PLAN`` with which a bench runs its own part in QGIS's Python."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repo", help="a model repository (default: the tiny bench model)")
+    parser.add_argument("--precision", default=precision)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--qgis-python", default="/usr/bin/python3")
+    parser.add_argument("--qgis-side", help=argparse.SUPPRESS)
+    return parser
+
+
+def run_qgis_side(script: str, plan: Path, qgis_python: str, env: dict[str, str]):
+    """``script --qgis-side PLAN`` in QGIS's own Python (offscreen, without this Python's
+    PYTHONPATH): the JSON of its last line of output."""
+    qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    qgis_env["QT_QPA_PLATFORM"] = "offscreen"
+    done = subprocess.run(
+        [qgis_python, script, "--qgis-side", str(plan)],
+        env=qgis_env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    return json.loads(done.stdout.splitlines()[-1])

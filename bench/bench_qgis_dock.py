@@ -16,15 +16,21 @@ loads the model and encodes the window, is left out):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import (
+    click_points,
+    qgis_bench_parser,
+    run_qgis_side,
+    sample_geotiff,
+    tiny_repository,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "qgis_plugin"
@@ -105,21 +111,13 @@ def qgis_side(plan_file: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repo", help="a model repository (default: the tiny bench model)")
-    parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--threads", type=int, default=2)
+    parser = qgis_bench_parser(__doc__.splitlines()[0], precision="fp32")
     parser.add_argument("--clicks", type=int, default=20)
-    parser.add_argument("--qgis-python", default="/usr/bin/python3")
-    parser.add_argument("--qgis-side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.qgis_side:
         return qgis_side(args.qgis_side)
 
     from napari_sam3.client.connection import ConnectionSpec
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import click_points, sample_geotiff, tiny_repository
 
     repo = str(tiny_repository(args.repo))
     path, raster = sample_geotiff(tempfile.mkdtemp(prefix="bench-qgis-dock-"))
@@ -136,13 +134,7 @@ def main() -> None:
         "command": [sys.executable, "-P", str(WORKER), "--serve"], "env": env,
         "connection": connection, "raster": str(path), "points": points,
     }))  # fmt: skip
-    qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    qgis_env["QT_QPA_PLATFORM"] = "offscreen"
-    done = subprocess.run([args.qgis_python, __file__, "--qgis-side", str(plan)],
-                          env=qgis_env, capture_output=True, text=True, check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(done.stderr[-3000:])
-    times = json.loads(done.stdout.splitlines()[-1])
+    times = run_qgis_side(__file__, plan, args.qgis_python, env)
 
     def ms(values: list[float]) -> str:
         ordered = sorted(values)

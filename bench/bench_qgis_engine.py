@@ -18,23 +18,29 @@ The goal (issue 43): engine <= library + 30 ms.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import (
+    click_points,
+    qgis_bench_parser,
+    run_qgis_side,
+    sample_geotiff,
+    tiny_repository,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "qgis_plugin"
 WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
 
 
-def engine_side(args) -> None:
+def qgis_side(plan_file: str) -> None:
     """In QGIS's Python: the clicks through engine.py; prints the times as JSON."""
     sys.path.insert(0, str(PLUGIN))
     from qgis.core import QgsApplication
@@ -43,7 +49,7 @@ def engine_side(args) -> None:
     app.initQgis()
     from napari_sam3_qgis.engine import Engine
 
-    plan = json.loads(Path(args.engine_side).read_text())
+    plan = json.loads(Path(plan_file).read_text())
     engine = Engine(command=plan["command"], env=plan["env"])
     engine.request("connect", {"connection": plan["connection"]})
     image = engine.request("open", {"raster": plan["raster"], "bands": None})["image"]
@@ -58,16 +64,11 @@ def engine_side(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repo", help="a model repository (default: the tiny bench model)")
-    parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--threads", type=int, default=2)
+    parser = qgis_bench_parser(__doc__.splitlines()[0], precision="fp32")
     parser.add_argument("--clicks", type=int, default=20)
-    parser.add_argument("--qgis-python", default="/usr/bin/python3")
-    parser.add_argument("--engine-side", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.engine_side:
-        return engine_side(args)
+    if args.qgis_side:
+        return qgis_side(args.qgis_side)
 
     import shapely
 
@@ -75,9 +76,6 @@ def main() -> None:
     from napari_sam3.scene.canvas import Canvas
     from napari_sam3.scene.run import read_tile
     from napari_sam3.scene.tiles import Tile
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import click_points, sample_geotiff, tiny_repository
 
     repo = str(tiny_repository(args.repo))
     path, raster = sample_geotiff(tempfile.mkdtemp(prefix="bench-qgis-engine-"))
@@ -121,15 +119,7 @@ def main() -> None:
         "command": [sys.executable, "-P", str(WORKER), "--serve"],
         "env": env, "connection": connection, "raster": str(path), "points": points,
     }))  # fmt: skip
-    qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    qgis_env.setdefault("QT_QPA_PLATFORM", "offscreen")
-    done = subprocess.run(
-        [args.qgis_python, __file__, "--engine-side", str(plan)],
-        env=qgis_env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(done.stderr[-3000:])
-    engine_all = json.loads(done.stdout.splitlines()[-1])
+    engine_all = run_qgis_side(__file__, plan, args.qgis_python, env)
     engine_s = engine_all[1:]
 
     def ms(values: list[float]) -> str:

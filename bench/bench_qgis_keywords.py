@@ -23,7 +23,6 @@ area. The two sides take turns, ``--repeat`` times each.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -33,12 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import qgis_bench_parser, run_qgis_side, sample_geotiff, tiny_repository
+
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "qgis_plugin"
 WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
 
 
-def engine_side(plan_file: str) -> None:
+def qgis_side(plan_file: str) -> None:
     """In QGIS's Python through engine.py: connect, a run on the other raster, the first run
     in the area, the same again; prints the times as JSON."""
     sys.path.insert(0, str(PLUGIN))
@@ -98,10 +99,7 @@ def qgis_home(folder: Path) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repo", help="a model repository (default: the tiny bench model)")
-    parser.add_argument("--precision", default="auto")
-    parser.add_argument("--threads", type=int, default=2)
+    parser = qgis_bench_parser(__doc__.splitlines()[0], precision="auto")
     parser.add_argument("--keywords", default="building")
     parser.add_argument(
         "--score-thr",
@@ -110,16 +108,11 @@ def main() -> None:
         help="0 keeps every detection, so that the counts compare (random weights)",
     )
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--qgis-python", default="/usr/bin/python3")
-    parser.add_argument("--engine-side", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.engine_side:
-        return engine_side(args.engine_side)
+    if args.qgis_side:
+        return qgis_side(args.qgis_side)
 
     import rasterio
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import sample_geotiff, tiny_repository
 
     repo = str(tiny_repository(args.repo).resolve())
     folder = Path(tempfile.mkdtemp(prefix="bench-qgis-keywords-"))
@@ -145,19 +138,11 @@ def main() -> None:
         "keywords": args.keywords,
         "extent": extent, "score_thr": args.score_thr,
     }))  # fmt: skip
-    qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    qgis_env.setdefault("QT_QPA_PLATFORM", "offscreen")
     processing_env = qgis_home(folder)
 
     engine_runs, processing_runs = [], []
     for i in range(args.repeat):
-        done = subprocess.run(
-            [args.qgis_python, __file__, "--engine-side", str(plan)],
-            env=qgis_env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise SystemExit(done.stderr[-3000:])
-        engine_runs.append(json.loads(done.stdout.splitlines()[-1]))
+        engine_runs.append(run_qgis_side(__file__, plan, args.qgis_python, env))
 
         output = folder / f"processing-{i}.gpkg"
         command = [
