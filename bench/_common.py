@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "qgis_plugin"  # the QGIS plugin, as QGIS loads it
+WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
 
 
 def tiny_repository(path: str | None) -> Path:
@@ -89,13 +94,19 @@ def qgis_bench_parser(description: str, precision: str) -> argparse.ArgumentPars
     return parser
 
 
-def run_qgis_side(script: str, plan: Path, qgis_python: str, env: dict[str, str]):
+def run_qgis_side(script: str, qgis_python: str, folder: Path, plan: dict):
     """``script --qgis-side PLAN`` in QGIS's own Python (offscreen, without this Python's
-    PYTHONPATH): the JSON of its last line of output."""
+    PYTHONPATH): the JSON of its last line of output. PLAN is ``plan`` written to
+    ``folder``/plan.json with ``command`` and ``env``: how to start the plugin's worker in this
+    Python (``worker.py --serve``)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    path = Path(folder) / "plan.json"
+    command = [sys.executable, "-P", str(WORKER), "--serve"]
+    path.write_text(json.dumps({"command": command, "env": env, **plan}))
     qgis_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     qgis_env["QT_QPA_PLATFORM"] = "offscreen"
     done = subprocess.run(
-        [qgis_python, script, "--qgis-side", str(plan)],
+        [qgis_python, script, "--qgis-side", str(path)],
         env=qgis_env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:

@@ -17,7 +17,6 @@ loads the model and encodes the window, is left out):
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -25,16 +24,13 @@ import time
 from pathlib import Path
 
 from _common import (
+    PLUGIN,
     click_points,
     qgis_bench_parser,
     run_qgis_side,
     sample_geotiff,
     tiny_repository,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = ROOT / "qgis_plugin"
-WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
 
 
 def qgis_side(plan_file: str) -> None:
@@ -128,13 +124,8 @@ def main() -> None:
     size, model = client.image_size, client.model_id
     client.close()
     points, _, _ = click_points(raster, size, args.clicks)
-    plan = folder / "plan.json"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    plan.write_text(json.dumps({
-        "command": [sys.executable, "-P", str(WORKER), "--serve"], "env": env,
-        "connection": connection, "raster": str(path), "points": points,
-    }))  # fmt: skip
-    times = run_qgis_side(__file__, plan, args.qgis_python, env)
+    plan = {"connection": connection, "raster": str(path), "points": points}
+    times = run_qgis_side(__file__, args.qgis_python, folder, plan)
 
     def ms(values: list[float]) -> str:
         ordered = sorted(values)

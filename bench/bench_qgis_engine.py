@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -28,16 +27,13 @@ import time
 from pathlib import Path
 
 from _common import (
+    PLUGIN,
     click_points,
     qgis_bench_parser,
     run_qgis_side,
     sample_geotiff,
     tiny_repository,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = ROOT / "qgis_plugin"
-WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
 
 
 def qgis_side(plan_file: str) -> None:
@@ -113,13 +109,8 @@ def main() -> None:
     del canvas, session, client, prepared  # its memory, before the worker loads the model
     gc.collect()
 
-    plan = folder / "plan.json"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    plan.write_text(json.dumps({
-        "command": [sys.executable, "-P", str(WORKER), "--serve"],
-        "env": env, "connection": connection, "raster": str(path), "points": points,
-    }))  # fmt: skip
-    engine_all = run_qgis_side(__file__, plan, args.qgis_python, env)
+    plan = {"connection": connection, "raster": str(path), "points": points}
+    engine_all = run_qgis_side(__file__, args.qgis_python, folder, plan)
     engine_s = engine_all[1:]
 
     def ms(values: list[float]) -> str:

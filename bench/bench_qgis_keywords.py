@@ -32,11 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import qgis_bench_parser, run_qgis_side, sample_geotiff, tiny_repository
-
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = ROOT / "qgis_plugin"
-WORKER = PLUGIN / "napari_sam3_qgis" / "worker.py"
+from _common import (
+    PLUGIN,
+    ROOT,
+    qgis_bench_parser,
+    run_qgis_side,
+    sample_geotiff,
+    tiny_repository,
+)
 
 
 def qgis_side(plan_file: str) -> None:
@@ -129,20 +132,16 @@ def main() -> None:
     extent = [x0, y0, x1, y1]
     epsg = raster.crs.to_epsg()
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     connection = {"repository": repo, "precision": args.precision, "threads": args.threads}
-    plan = folder / "plan.json"
-    plan.write_text(json.dumps({
-        "command": [sys.executable, "-P", str(WORKER), "--serve"], "env": env,
+    plan = {
         "connection": connection, "raster": str(path), "other": str(other),
-        "keywords": args.keywords,
-        "extent": extent, "score_thr": args.score_thr,
-    }))  # fmt: skip
+        "keywords": args.keywords, "extent": extent, "score_thr": args.score_thr,
+    }  # fmt: skip
     processing_env = qgis_home(folder)
 
     engine_runs, processing_runs = [], []
     for i in range(args.repeat):
-        engine_runs.append(run_qgis_side(__file__, plan, args.qgis_python, env))
+        engine_runs.append(run_qgis_side(__file__, args.qgis_python, folder, plan))
 
         output = folder / f"processing-{i}.gpkg"
         command = [
