@@ -153,10 +153,7 @@ class Sam3Dock(QDockWidget):
         self.gsd.setDecimals(2)
         self.gsd.setSuffix(" m")
         self.gsd.setSpecialValueText("canvas resolution")
-        self.exemplar_layer = QgsMapLayerComboBox()
-        self.exemplar_layer.setFilters(QgsMapLayerProxyModel.PolygonLayer)
-        self.exemplar_layer.setAllowEmptyLayer(True)
-        self.exemplar_layer.setLayer(None)
+        self.exemplar_layer = _polygon_layers()
         row = QHBoxLayout()
         self.add_positive = _button("+ selected", "The layer's selected polygons as positives")
         self.add_negative = _button("− selected", "The layer's selected polygons as negatives")
@@ -185,10 +182,7 @@ class Sam3Dock(QDockWidget):
         self.score.setRange(0, 100)
         self.score_label = QLabel("score ≥ 0.00")
         self.count_label = QLabel("0 polygons")
-        self.target = QgsMapLayerComboBox()
-        self.target.setFilters(QgsMapLayerProxyModel.PolygonLayer)
-        self.target.setAllowEmptyLayer(True)
-        self.target.setLayer(None)
+        self.target = _polygon_layers()
         row = QHBoxLayout()
         self.accept_button = _button("Accept (Ctrl+Enter)", "Add the kept polygons to the layer")
         self.export_button = _button("Export…", "Write the kept polygons to a new file")
@@ -254,9 +248,7 @@ class Sam3Dock(QDockWidget):
         if self.prompts:
             self._click()
         else:
-            self._drop_object()
-            self.prompts.reset()
-            self._show_candidate()
+            self._do_reset()
 
     def _do_reset(self) -> None:
         self._drop_object()
@@ -608,6 +600,15 @@ class Sam3Dock(QDockWidget):
         for tool in (self.point_tool, self.box_tool):
             if self.canvas.mapTool() is tool:
                 self.canvas.unsetMapTool(tool)
+
+
+def _polygon_layers() -> QgsMapLayerComboBox:
+    """A choice of the project's polygon layers, none chosen at first."""
+    box = QgsMapLayerComboBox()
+    box.setFilters(QgsMapLayerProxyModel.PolygonLayer)
+    box.setAllowEmptyLayer(True)
+    box.setLayer(None)
+    return box
 
 
 def _button(text: str, tip: str) -> QPushButton:
