@@ -30,6 +30,7 @@ __all__ = [
     "aoi_extent",
     "aoi_window",
     "lonlat_bounds",
+    "lonlat_range",
     "parse_bbox",
     "tiles_touching",
 ]
@@ -149,10 +150,16 @@ def aoi_extent(aoi: Any) -> tuple[tuple[float, float, float, float], str]:
 def lonlat_bounds(aoi: Any) -> tuple[float, float, float, float]:
     """The AOI's bounds in longitude/latitude (west, south, east, north): the area a STAC API
     search covers."""
-    west, south, east, north = _bounds(aoi, _crs(DEFAULT_CRS))[0]
-    if east - west >= 360.0:  # all the way round
+    return lonlat_range(*_bounds(aoi, _crs(DEFAULT_CRS))[0])
+
+
+def lonlat_range(west: float, south: float, east: float, north: float):
+    """Bounds in degrees as a lon/lat bbox has them: longitudes written past 180 (0..360) or
+    below -180 to stay continuous (vector files, rasters, maps) taken round to -180..180, so
+    that one across 180 has west above east; all the way round is -180..180; latitudes within
+    -90..90 (a map zoomed out shows more)."""
+    if east - west >= 360.0:
         west, east = -180.0, 180.0
-    # a vector file may write longitudes past 180 (0..360) or below -180 to stay continuous
     west, east = ((v + 180.0) % 360.0 - 180.0 if abs(v) > 180.0 else v for v in (west, east))
     return west, max(south, -90.0), east, min(north, 90.0)
 

@@ -221,7 +221,8 @@ class Canvas:
                 f"candidate {index!r} of {token!r}: it has "
                 f"{min(len(obj.frame), MAX_CANDIDATES)} (0 is the best)"
             )
-        return {"index": index, **_polygon(obj.frame, index, _window_info(obj.grid, obj.tile))}
+        row = _polygon_row(obj.frame, index, _window_info(obj.grid, obj.tile))
+        return {"index": index, **_polygon(row)}
 
     def forget(self) -> None:
         """Drop the objects (their tokens); the features stay in the client's cache."""
@@ -340,17 +341,16 @@ class Canvas:
 
 
 def _lonlat_turned(extent: tuple, info: RasterInfo) -> tuple[float, float, float, float] | None:
-    """A map extent as the library's bbox takes it. On a raster in degrees: longitudes taken
-    round to -180..180 (a raster written in 0..360 has map extents past 180; one across 180
-    becomes west above east, the antimeridian's rule) and latitudes kept to -90..90 (a map zoomed
-    out shows more); None where it spans half the globe or more (the whole raster, then)."""
-    west, south, east, north = extent
+    """A map extent as the library's bbox takes it: on a raster in degrees, its lon/lat range
+    (a raster written in 0..360 has map extents past 180), or None where it spans half the
+    globe or more (the whole raster, then: a bbox that wide reads as two numbers swapped)."""
+    from napari_sam3.scene.aoi import lonlat_range
+
     if not info.crs.is_geographic:
         return extent
-    if east - west >= 180.0:
+    if extent[2] - extent[0] >= 180.0:
         return None
-    south, north = max(south, -90.0), min(north, 90.0)
-    return (west + 180.0) % 360.0 - 180.0, south, 180.0 - (180.0 - east) % 360.0, north
+    return lonlat_range(*extent)
 
 
 def _exemplar_layer(boxes: Sequence[Sequence[float]] | None, crs: str) -> Any:
@@ -409,18 +409,25 @@ def _candidates(frame: Any, window: RasterInfo) -> list[dict[str, Any]]:
     and three polygons cost three times one (0.27 s a click at full size on random weights)."""
     listed: list[dict[str, Any]] = []
     for index in range(min(len(frame), MAX_CANDIDATES)):
-        _, _, pixels = as_mask(frame["mask"].iloc[index]).crop()
-        if not pixels.any():
-            continue
         entry = {"index": index, "score": float(frame["iou"].iloc[index])}
-        listed.append(entry if listed else _polygon(frame, index, window) | entry)
+        if listed:  # the others: whether they hold a pixel; their polygons wait
+            _, _, pixels = as_mask(frame["mask"].iloc[index]).crop()
+            if pixels.any():
+                listed.append(entry)
+            continue
+        row = _polygon_row(frame, index, window)
+        if not row.geometry.is_empty:
+            listed.append(_polygon(row) | entry)
     return listed
 
 
-def _polygon(frame: Any, index: int, window: RasterInfo) -> dict[str, Any]:
+def _polygon_row(frame: Any, index: int, window: RasterInfo) -> Any:
     from napari_sam3.gis.vector import to_geodataframe
 
-    row = to_geodataframe(frame.iloc[[index]], window).iloc[0]
+    return to_geodataframe(frame.iloc[[index]], window).iloc[0]
+
+
+def _polygon(row: Any) -> dict[str, Any]:
     return {"score": float(row.iou), "wkt": row.geometry.wkt, "area_m2": float(row.area_m2)}
 
 
